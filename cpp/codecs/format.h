@@ -1,0 +1,188 @@
+// The wire format of every mpicomp codec, and the per-element / per-block arithmetic that
+// produces it. This header is the single definition of that arithmetic: the CPU loops
+// (cpu_kernels.inc, compiled once per SIMD target) and the CUDA kernels (cuda/kernels.cu)
+// both call these functions, so bytes encoded on one decode bit-identically on the other and
+// the CPU tests exercise exactly what the GPU runs.
+//
+// Layout of a blockwise codec (int8, int4, sign) for n elements with block size B:
+//   ceil(n / B) records, record k = [float32 scale (little endian)][payload of block k]
+//   payload: int8 -> len bytes (two's complement q, |q| <= 127)
+//            int4 -> ceil(len/2) bytes, element 2m in the low nibble of byte m, q in [-7, 7]
+//            sign -> ceil(len/8) bytes, element e is bit (e % 8) of byte e / 8, 1 = negative
+// Every record but the last has len = B; B is a multiple of kLanes so a record is 4-aligned.
+// fp16 / bf16: n little-endian 16-bit words. none: the input bytes as they are.
+//
+// A block that holds a NaN or +/-Inf gets a NaN scale, so all of its decoded elements are
+// NaN: compression never turns a non-finite gradient into a finite one (loss scaling relies
+// on seeing it).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define MPICOMP_HD __host__ __device__ __forceinline__
+#else
+#define MPICOMP_HD inline
+#include <cmath>
+#include <cstring>
+#endif
+
+namespace mpicomp {
+
+enum class DType : uint8_t { f32 = 0, f16 = 1, bf16 = 2, f64 = 3, i8 = 4, u8 = 5, i16 = 6, i32 = 7, i64 = 8 };
+enum class CodecId : uint8_t { none = 0, fp16 = 1, bf16 = 2, int8 = 3, int4 = 4, sign = 5 };
+
+// A codec together with its options; what both ends of a transfer must agree on.
+struct Spec {
+  CodecId id = CodecId::none;
+  uint32_t block = 256;  // elements per scale record (blockwise codecs only)
+};
+
+constexpr uint32_t kLanes = 32;        // one CUDA warp; also the CPU's partial-sum width
+constexpr uint32_t kMaxBlock = 65536;  // largest block: keeps a record's payload in int range
+constexpr size_t kScaleBytes = 4;
+
+MPICOMP_HD size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::f64: case DType::i64: return 8;
+    case DType::f32: case DType::i32: return 4;
+    case DType::f16: case DType::bf16: case DType::i16: return 2;
+    default: return 1;
+  }
+}
+MPICOMP_HD bool is_float(DType t) { return t <= DType::f64; }
+MPICOMP_HD bool is_blockwise(CodecId c) { return c == CodecId::int8 || c == CodecId::int4 || c == CodecId::sign; }
+
+// Largest quantised magnitude of the integer codecs.
+MPICOMP_HD int qmax(CodecId c) { return c == CodecId::int8 ? 127 : 7; }
+
+MPICOMP_HD size_t payload_bytes(CodecId c, size_t len) {
+  return c == CodecId::int8 ? len : c == CodecId::int4 ? (len + 1) / 2 : (len + 7) / 8;
+}
+MPICOMP_HD size_t record_bytes(CodecId c, size_t len) { return kScaleBytes + payload_bytes(c, len); }
+
+// Exact encoded size of n elements of dtype t (a codec's output is never padded).
+MPICOMP_HD size_t encoded_bytes(Spec s, DType t, size_t n) {
+  switch (s.id) {
+    case CodecId::none: return n * dtype_size(t);
+    case CodecId::fp16: case CodecId::bf16: return 2 * n;
+    default: {
+      size_t full = n / s.block, rem = n % s.block;
+      return full * record_bytes(s.id, s.block) + (rem ? record_bytes(s.id, rem) : 0);
+    }
+  }
+}
+
+// ---- bit casts and 16-bit float conversions (round to nearest even, NaN stays NaN) ----
+MPICOMP_HD uint32_t f32_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  uint32_t u; std::memcpy(&u, &f, 4); return u;
+#endif
+}
+MPICOMP_HD float bits_f32(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f; std::memcpy(&f, &u, 4); return f;
+#endif
+}
+
+MPICOMP_HD uint16_t f32_to_bf16(float f) {
+  uint32_t u = f32_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40u);  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+MPICOMP_HD float bf16_to_f32(uint16_t h) { return bits_f32(uint32_t(h) << 16); }
+
+MPICOMP_HD uint16_t f32_to_f16(float f) {
+  uint32_t u = f32_bits(f);
+  uint32_t sign = (u >> 16) & 0x8000u;
+  uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return uint16_t(sign | 0x7e00u);          // NaN
+  if (a >= 0x477ff000u) return uint16_t(sign | 0x7c00u);         // rounds to >= 65520: Inf
+  if (a < 0x38800000u) {                                         // subnormal or zero in f16
+    // Adding 0.5 (2^-1) aligns the f16 subnormal grid (2^-24) with float's last mantissa
+    // bit, so the FPU does the round-to-nearest-even for us.
+    float r = bits_f32(a) + 0.5f;
+    return uint16_t(sign | (f32_bits(r) - 0x3f000000u));
+  }
+  uint32_t mant_odd = (a >> 13) & 1u;
+  a += 0xc8000fffu + mant_odd;  // rebias exponent (-112 << 23) and round
+  return uint16_t(sign | (a >> 13));
+}
+MPICOMP_HD float f16_to_f32(uint16_t h) {
+  uint32_t sign = uint32_t(h & 0x8000u) << 16;
+  uint32_t a = h & 0x7fffu;
+  if (a >= 0x7c00u) return bits_f32(sign | 0x7f800000u | (a & 0x3ffu) << 13);  // Inf / NaN
+  if (a < 0x0400u) {  // subnormal: value = a * 2^-24, exact in float
+    float r = float(a) * 5.9604644775390625e-8f;
+    return bits_f32(sign | f32_bits(r));
+  }
+  return bits_f32(sign | ((a << 13) + 0x38000000u));
+}
+
+// ---- blockwise arithmetic ----
+// Running absmax that makes NaN sticky (a plain max would drop it); Inf wins on its own.
+MPICOMP_HD float absmax_step(float m, float x) {
+  float a = fabsf(x);
+  return (a > m || a != a) ? a : m;
+}
+MPICOMP_HD bool absmax_bad(float m) { return !(m <= 3.402823466e+38f); }  // NaN or Inf
+
+// The record's scale: what one quantisation step of magnitude qmax decodes to.
+MPICOMP_HD float int_scale(CodecId c, float absmax) {
+  return absmax_bad(absmax) ? bits_f32(0x7fc00000u) : absmax / float(qmax(c));
+}
+// Multiplier from value to quantised units; 0 for an all-zero (or poisoned) block.
+MPICOMP_HD float int_inv_scale(CodecId c, float absmax) {
+  return (absmax > 0.f && !absmax_bad(absmax)) ? float(qmax(c)) / absmax : 0.f;
+}
+MPICOMP_HD int quantize(float x, float inv, int q) {
+  float y = rintf(x * inv);  // round half to even, on the host and on the GPU
+  y = y > float(q) ? float(q) : y;
+  y = y < -float(q) ? -float(q) : y;
+  return int(y == y ? y : 0.f);
+}
+MPICOMP_HD float dequantize(int q, float scale) { return float(q) * scale; }
+MPICOMP_HD uint8_t pack_nibbles(int lo, int hi) { return uint8_t((lo & 0xf) | ((hi & 0xf) << 4)); }
+MPICOMP_HD int nibble_lo(uint8_t b) { return int(int8_t(uint8_t(b << 4))) >> 4; }
+MPICOMP_HD int nibble_hi(uint8_t b) { return int(int8_t(b)) >> 4; }
+
+// sign codec: x ~ sign(x) * mean(|x|) over the block. The mean's summation order is fixed so
+// CPU and GPU agree to the bit: lane j (0..31) sums |x[32 i + j]| for i = 0, 1, ... in order,
+// then the 32 lane sums are folded as a warp's shuffle-down tree (offsets 16, 8, 4, 2, 1).
+MPICOMP_HD float sign_scale(float abssum, size_t len) {
+  return (abssum == abssum && abssum <= 3.402823466e+38f) ? abssum / float(len) : bits_f32(0x7fc00000u);
+}
+MPICOMP_HD bool sign_bit(float x) { return x < 0.f; }
+MPICOMP_HD float sign_value(bool negative, float scale) { return negative ? -scale : scale; }
+
+// Folds 32 lane partial sums in the warp's tree order (lane sums in p[0..31], result in p[0]).
+MPICOMP_HD float fold_lanes(float* p) {
+  for (uint32_t off = kLanes / 2; off > 0; off >>= 1)
+    for (uint32_t j = 0; j < off; ++j) p[j] += p[j + off];
+  return p[0];
+}
+
+// Loading any float dtype as float32, and storing float32 as it.
+MPICOMP_HD float load_f32(const void* x, DType t, size_t i) {
+  switch (t) {
+    case DType::f32: return static_cast<const float*>(x)[i];
+    case DType::f16: return f16_to_f32(static_cast<const uint16_t*>(x)[i]);
+    case DType::bf16: return bf16_to_f32(static_cast<const uint16_t*>(x)[i]);
+    default: return float(static_cast<const double*>(x)[i]);
+  }
+}
+MPICOMP_HD void store_f32(void* y, DType t, size_t i, float v) {
+  switch (t) {
+    case DType::f32: static_cast<float*>(y)[i] = v; break;
+    case DType::f16: static_cast<uint16_t*>(y)[i] = f32_to_f16(v); break;
+    case DType::bf16: static_cast<uint16_t*>(y)[i] = f32_to_bf16(v); break;
+    default: static_cast<double*>(y)[i] = double(v); break;
+  }
+}
+
+}  // namespace mpicomp

@@ -1,0 +1,35 @@
+// Layer 2: compressed collectives over MPI with plain C arguments, shared by the Python
+// bindings and the LD_PRELOAD interposer. Every call first agrees with the other ranks on
+// what is being done (handshake.h), then moves the data. Buffers are engine memory (host
+// for the CPU engine); x and y may be the same buffer for allreduce.
+#pragma once
+#include <mpi.h>
+
+#include "engine.h"
+#include "handshake.h"
+
+namespace mpicomp {
+
+struct CollArgs {
+  Spec spec;                   // codec as requested (below Config::min_bytes, none is used)
+  DType dtype = DType::f32;
+  size_t count = 0;            // see each function
+  bool avg = false;            // divide the sum by the communicator's size
+  float* residual = nullptr;   // error feedback, float32 with as many elements as the input
+  Engine* engine = nullptr;    // null: the CPU engine
+};
+
+// y[i] = sum (or mean) over ranks of x[i]; count elements each.
+void allreduce(MPI_Comm comm, const void* x, void* y, const CollArgs& a);
+// x holds size * count elements; y (count) = the sum over ranks of part `rank` of x.
+void reduce_scatter(MPI_Comm comm, const void* x, void* y, const CollArgs& a);
+// x holds count elements; y (size * count) = the concatenation of all ranks' x.
+void allgather(MPI_Comm comm, const void* x, void* y, const CollArgs& a);
+// Point to point on the caller's communicator and tag; count elements.
+void send(MPI_Comm comm, const void* x, int dest, int tag, const CollArgs& a);
+void recv(MPI_Comm comm, void* y, int source, int tag, const CollArgs& a);
+// This rank found its own arguments invalid: takes part in the agreement so that every
+// other rank of the collective raises ShapeMismatchError instead of waiting forever.
+void reject(MPI_Comm comm, Coll coll);
+
+}  // namespace mpicomp

@@ -1,0 +1,155 @@
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "coll.h"
+#include "config.h"
+#include "stages.h"
+
+namespace mpicomp {
+namespace {
+
+std::mutex g_config_mutex;
+Config g_config;
+
+Engine& engine_of(const CollArgs& a) { return a.engine ? *a.engine : cpu_engine(); }
+
+size_t accum_size(DType t) { return (t == DType::f16 || t == DType::bf16) ? 4 : dtype_size(t); }
+
+// What travels: compression only pays above the configured size and with someone to talk to.
+Signature signature(Coll coll, const CollArgs& a, const CommInfo& ci, const Config& cfg) {
+  Signature s;
+  s.coll = coll;
+  s.count = a.count;
+  s.codec = a.spec.id;
+  s.block = is_blockwise(a.spec.id) ? a.spec.block : 0;
+  s.dtype = a.dtype;
+  s.avg = a.avg;
+  bool small = a.count * dtype_size(a.dtype) < cfg.min_bytes;
+  s.wire = (small || ci.size == 1) ? CodecId::none : a.spec.id;
+  return s;
+}
+
+// The 16-bit float codec that carries a reduced float32 part exactly as the output stores it.
+Spec output_spec(Spec wire, DType t) {
+  if (wire.id != CodecId::none) return wire;
+  if (t == DType::f16) return Spec{CodecId::fp16, 0};
+  if (t == DType::bf16) return Spec{CodecId::bf16, 0};
+  return wire;
+}
+
+// The mean from the sum, for results the MPI library (or the eager exchange) summed.
+void divide(void* y, DType t, size_t n, int size) {
+  if (t == DType::f64) {
+    double* d = static_cast<double*>(y);
+    for (size_t i = 0; i < n; ++i) d[i] /= size;
+  } else {  // float32, as the compressed paths do it
+    cpu_engine().store(static_cast<const float*>(y), n, 1.f / float(size), DType::f32, y);
+  }
+}
+
+}  // namespace
+
+Config config() {
+  std::lock_guard<std::mutex> g(g_config_mutex);
+  return g_config;
+}
+void set_config(const Config& c) {
+  std::lock_guard<std::mutex> g(g_config_mutex);
+  g_config = c;
+}
+
+void reject(MPI_Comm comm, Coll coll) {
+  Signature s;
+  s.coll = coll;
+  s.invalid = 1;
+  handshake(comm, s);
+}
+
+void allreduce(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
+  CommInfo ci(comm);
+  const Config cfg = config();
+  Signature sig = signature(Coll::allreduce, a, ci, cfg);
+  const float scale = a.avg ? 1.f / float(ci.size) : 1.f;
+  Engine& e = engine_of(a);
+  const size_t bytes = a.count * dtype_size(a.dtype);
+
+  // Small: the data rides along with the agreement, summed at each recursive-doubling step
+  // (16-bit floats as float32, everything else in its own type).
+  sig.eager = !a.engine && bytes <= cfg.eager_bytes && a.count * accum_size(a.dtype) <= kEagerMax;
+  if (sig.eager) {
+    thread_local std::vector<char> payload;
+    payload.resize(a.count * accum_size(a.dtype));
+    float* wide = reinterpret_cast<float*>(payload.data());
+    bool half = accum_size(a.dtype) != dtype_size(a.dtype);
+    if (half) e.load(a.dtype, x, a.count, nullptr, wide);
+    else if (bytes) std::memcpy(payload.data(), x, bytes);
+    handshake(comm, sig, payload.data(), a.count);
+    if (half) {
+      e.store(wide, a.count, scale, a.dtype, y);
+    } else {
+      if (bytes) std::memcpy(y, payload.data(), bytes);
+      if (a.avg) divide(y, a.dtype, a.count, ci.size);
+    }
+    return;
+  }
+
+  handshake(comm, sig);
+  if (a.count == 0) return;
+  MPI_Datatype mt = mpi_type(a.dtype);
+  if (sig.wire == CodecId::none && mt != MPI_DATATYPE_NULL && !a.engine) {
+    mpi_check(PMPI_Allreduce_c(x == y ? MPI_IN_PLACE : x, y, MPI_Count(a.count), mt, MPI_SUM, comm), "MPI_Allreduce");
+    if (a.avg) divide(y, a.dtype, a.count, ci.size);
+    return;
+  }
+  Spec wire{sig.wire, a.spec.block};
+  size_t granule = is_blockwise(wire.id) ? wire.block : kLanes;
+  Layout L = balanced_layout(ci.size, a.count, granule, segment_elems(wire, a.dtype, cfg.segment_bytes));
+  float* acc = e.scratch_f32(0, L.len(ci.rank));
+  float* res = wire.id == CodecId::none ? nullptr : a.residual;
+  reduce_scatter_stage(comm, ci, e, wire, a.dtype, L, x, res, acc);
+  allgather_stage(comm, ci, e, output_spec(wire, a.dtype), DType::f32, L, acc, res ? res + L.off[ci.rank] : nullptr,
+                  a.dtype, y, scale);
+}
+
+void reduce_scatter(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
+  CommInfo ci(comm);
+  const Config cfg = config();
+  Signature sig = signature(Coll::reduce_scatter, a, ci, cfg);
+  handshake(comm, sig);
+  if (a.count == 0) return;
+  const float scale = a.avg ? 1.f / float(ci.size) : 1.f;
+  MPI_Datatype mt = mpi_type(a.dtype);
+  if (sig.wire == CodecId::none && mt != MPI_DATATYPE_NULL && !a.engine) {
+    mpi_check(PMPI_Reduce_scatter_block_c(x, y, MPI_Count(a.count), mt, MPI_SUM, comm), "MPI_Reduce_scatter_block");
+    if (a.avg) divide(y, a.dtype, a.count, ci.size);
+    return;
+  }
+  Engine& e = engine_of(a);
+  Spec wire{sig.wire, a.spec.block};
+  Layout L = equal_layout(ci.size, a.count, segment_elems(wire, a.dtype, cfg.segment_bytes));
+  float* acc = e.scratch_f32(0, a.count);
+  reduce_scatter_stage(comm, ci, e, wire, a.dtype, L, x, wire.id == CodecId::none ? nullptr : a.residual, acc);
+  e.store(acc, a.count, scale, a.dtype, y);
+}
+
+void allgather(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
+  CommInfo ci(comm);
+  const Config cfg = config();
+  Signature sig = signature(Coll::allgather, a, ci, cfg);
+  handshake(comm, sig);
+  if (a.count == 0) return;
+  MPI_Datatype mt = mpi_type(a.dtype);
+  if (sig.wire == CodecId::none && !a.engine) {
+    // Any dtype: gathering moves bytes without arithmetic.
+    MPI_Datatype bt = mt != MPI_DATATYPE_NULL ? mt : MPI_UINT16_T;
+    mpi_check(PMPI_Allgather_c(x, MPI_Count(a.count), bt, y, MPI_Count(a.count), bt, comm), "MPI_Allgather");
+    return;
+  }
+  Engine& e = engine_of(a);
+  Spec wire{sig.wire, a.spec.block};
+  Layout L = equal_layout(ci.size, a.count, segment_elems(wire, a.dtype, cfg.segment_bytes));
+  allgather_stage(comm, ci, e, wire, a.dtype, L, x, wire.id == CodecId::none ? nullptr : a.residual, a.dtype, y, 1.f);
+}
+
+}  // namespace mpicomp

@@ -1,0 +1,23 @@
+// Process-wide tuning of the collectives. Set from Python (mpicomp.config) or, in the
+// interposer, from environment variables; read once at the start of every call.
+#pragma once
+#include <cstddef>
+
+namespace mpicomp {
+
+struct Config {
+  // Messages smaller than this (bytes of input) are sent uncompressed: they are latency
+  // bound, and encoding only adds time. Default from bench/results (see README).
+  size_t min_bytes = 64 * 1024;
+  // Allreduces up to this many bytes of input are done inside the agreement exchange
+  // (recursive doubling with the data attached), costing one round of latency in all.
+  size_t eager_bytes = 16 * 1024;
+  // Input bytes per pipelined message: encoding of one segment overlaps the transfer of
+  // the previous ones.
+  size_t segment_bytes = 1 << 20;
+};
+
+Config config();
+void set_config(const Config& c);
+
+}  // namespace mpicomp

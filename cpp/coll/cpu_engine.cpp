@@ -1,0 +1,53 @@
+#include <algorithm>
+#include <vector>
+
+#include "../codecs/codec.h"
+#include "engine.h"
+
+namespace mpicomp {
+namespace {
+
+// One per thread: an iallreduce's worker thread and the caller's thread never share buffers.
+struct CpuEngine final : Engine {
+  std::vector<float> f32[2];
+  std::vector<uint8_t> bytes[2];
+
+  void encode(Spec s, DType t, const void* x, size_t n, float* res, uint8_t* w) override {
+    cpu_kernels().encode(s, t, x, n, res, w);
+  }
+  void decode(Spec s, DType t, const uint8_t* w, size_t n, float scale, void* y) override {
+    cpu_kernels().decode(s, t, w, n, scale, y);
+  }
+  void decode_accumulate(Spec s, DType t, const uint8_t* w, size_t n, float* acc) override {
+    cpu_kernels().decode_accumulate(s, t, w, n, acc);
+  }
+  void store(const float* acc, size_t n, float scale, DType t, void* y) override {
+    cpu_kernels().store(acc, n, scale, t, y);
+  }
+  void load(DType t, const void* x, size_t n, float* res, float* acc) override {
+    if (res) {
+      std::copy(res, res + n, acc);
+      std::fill(res, res + n, 0.f);
+    } else {
+      std::fill(acc, acc + n, 0.f);
+    }
+    cpu_kernels().decode_accumulate(Spec{}, t, static_cast<const uint8_t*>(x), n, acc);
+  }
+  float* scratch_f32(int slot, size_t n) override {
+    if (f32[slot].size() < n) f32[slot].resize(n);
+    return f32[slot].data();
+  }
+  uint8_t* wire(int slot, size_t n) override {
+    if (bytes[slot].size() < n) bytes[slot].resize(n);
+    return bytes[slot].data();
+  }
+};
+
+}  // namespace
+
+Engine& cpu_engine() {
+  thread_local CpuEngine e;
+  return e;
+}
+
+}  // namespace mpicomp

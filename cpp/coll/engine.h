@@ -1,0 +1,32 @@
+// Where a collective's buffers live and where its codecs run: the host (CPU kernels) or a
+// GPU (CUDA kernels, cuda/engine.cu). The algorithms in stages.cpp only see this interface.
+// Wire buffers (what MPI sends and receives) are always host memory unless the engine says
+// the MPI can take its device pointers.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "../codecs/format.h"
+
+namespace mpicomp {
+
+struct Engine {
+  virtual ~Engine() = default;
+  // Encode n elements of x (dtype t, engine memory) into wire; see CpuKernels::encode.
+  virtual void encode(Spec s, DType t, const void* x, size_t n, float* residual, uint8_t* wire) = 0;
+  virtual void decode(Spec s, DType t, const uint8_t* wire, size_t n, float scale, void* y) = 0;
+  virtual void decode_accumulate(Spec s, DType t, const uint8_t* wire, size_t n, float* acc) = 0;
+  // y = acc * scale, stored as dtype t.
+  virtual void store(const float* acc, size_t n, float scale, DType t, void* y) = 0;
+  // acc = x (converted to float32) + residual (if any); the residual is then zeroed.
+  virtual void load(DType t, const void* x, size_t n, float* residual, float* acc) = 0;
+  // Float32 scratch in engine memory, valid until the next call of the same slot.
+  virtual float* scratch_f32(int slot, size_t n) = 0;
+  // Host (or, for CUDA-aware MPI, device) memory for wire bytes.
+  virtual uint8_t* wire(int slot, size_t bytes) = 0;
+};
+
+Engine& cpu_engine();
+
+}  // namespace mpicomp

@@ -1,0 +1,107 @@
+// Compressed send / recv. The first message is a header with the sender's signature and
+// segment length; the payload follows in segments, each sent as soon as it is encoded. A
+// receiver that expected something else still takes every segment the header announces
+// (the sender's messages are all matched) before it raises, so the pair stays usable.
+#include <algorithm>
+#include <vector>
+
+#include "coll.h"
+#include "config.h"
+#include "stages.h"
+
+namespace mpicomp {
+namespace {
+
+constexpr uint32_t kMagic = 0x4d503250;
+
+struct Header {
+  uint32_t magic;
+  int32_t rank;
+  uint64_t seg;
+  Signature sig;
+};
+
+Signature p2p_signature(const CollArgs& a, const Config& cfg) {
+  Signature s;
+  s.coll = Coll::send;
+  s.count = a.count;
+  s.codec = a.spec.id;
+  s.block = is_blockwise(a.spec.id) ? a.spec.block : 0;
+  s.dtype = a.dtype;
+  s.wire = a.count * dtype_size(a.dtype) < cfg.min_bytes ? CodecId::none : a.spec.id;
+  return s;
+}
+
+size_t nsegs(size_t n, size_t seg) { return (n + seg - 1) / seg; }
+
+}  // namespace
+
+void send(MPI_Comm comm, const void* x, int dest, int tag, const CollArgs& a) {
+  const Config cfg = config();
+  Header h{kMagic, 0, 0, p2p_signature(a, cfg)};
+  mpi_check(PMPI_Comm_rank(comm, &h.rank), "MPI_Comm_rank");
+  Spec wire{h.sig.wire, a.spec.block};
+  h.seg = segment_elems(wire, a.dtype, cfg.segment_bytes);
+  mpi_check(PMPI_Send(&h, sizeof h, MPI_BYTE, dest, tag, comm), "MPI_Send");
+  Engine& e = a.engine ? *a.engine : cpu_engine();
+  const size_t dts = dtype_size(a.dtype);
+  // Uncompressed host data goes out from the caller's buffer as it is.
+  bool direct = wire.id == CodecId::none && !a.engine;
+  uint8_t* buf = direct ? nullptr : e.wire(1, encoded_bytes(wire, a.dtype, a.count));
+  std::vector<MPI_Request> reqs(nsegs(a.count, h.seg));
+  for (size_t k = 0; k < reqs.size(); ++k) {
+    size_t first = k * h.seg, n = std::min<size_t>(h.seg, a.count - first);
+    size_t off = encoded_bytes(wire, a.dtype, first), bytes = encoded_bytes(wire, a.dtype, n);
+    const void* src = static_cast<const char*>(x) + first * dts;
+    if (!direct) {
+      e.encode(wire, a.dtype, src, n, a.residual ? a.residual + first : nullptr, buf + off);
+      src = buf + off;
+    }
+    mpi_check(PMPI_Isend_c(src, MPI_Count(bytes), MPI_BYTE, dest, tag, comm, &reqs[k]), "MPI_Isend");
+  }
+  if (!reqs.empty()) mpi_check(PMPI_Waitall(int(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+}
+
+void recv(MPI_Comm comm, void* y, int source, int tag, const CollArgs& a) {
+  const Config cfg = config();
+  Header h;
+  MPI_Status st;
+  mpi_check(PMPI_Recv(&h, sizeof h, MPI_BYTE, source, tag, comm, &st), "MPI_Recv");
+  source = st.MPI_SOURCE;
+  tag = st.MPI_TAG;
+  Signature mine = p2p_signature(a, cfg);
+  Spec wire{h.sig.wire, h.sig.block ? h.sig.block : a.spec.block};
+  if (h.magic != kMagic) throw Error(ErrorKind::shape_mismatch, "recv: the message from rank " + std::to_string(source) +
+                                                                    " was not sent by mpicomp.send");
+  if (!(h.sig == mine)) {
+    std::vector<uint8_t> sink;
+    for (size_t k = 0; k < nsegs(h.sig.count, h.seg); ++k) {
+      size_t n = std::min<size_t>(h.seg, h.sig.count - k * h.seg);
+      sink.resize(encoded_bytes(wire, h.sig.dtype, n));
+      mpi_check(PMPI_Recv_c(sink.data(), MPI_Count(sink.size()), MPI_BYTE, source, tag, comm, MPI_STATUS_IGNORE),
+                "MPI_Recv");
+    }
+    throw Error(ErrorKind::shape_mismatch, "recv: rank " + std::to_string(h.rank) + " sent " + describe(h.sig) +
+                                               ", but this rank expects " + describe(mine));
+  }
+  Engine& e = a.engine ? *a.engine : cpu_engine();
+  const size_t dts = dtype_size(a.dtype);
+  bool direct = wire.id == CodecId::none && !a.engine;
+  uint8_t* buf = direct ? static_cast<uint8_t*>(y) : e.wire(0, encoded_bytes(wire, a.dtype, a.count));
+  std::vector<MPI_Request> reqs(nsegs(a.count, h.seg));
+  for (size_t k = 0; k < reqs.size(); ++k) {
+    size_t first = k * h.seg, n = std::min<size_t>(h.seg, a.count - first);
+    mpi_check(PMPI_Irecv_c(buf + encoded_bytes(wire, a.dtype, first), MPI_Count(encoded_bytes(wire, a.dtype, n)),
+                           MPI_BYTE, source, tag, comm, &reqs[k]),
+              "MPI_Irecv");
+  }
+  for (size_t done = 0; done < reqs.size(); ++done) {
+    int k;
+    mpi_check(PMPI_Waitany(int(reqs.size()), reqs.data(), &k, MPI_STATUS_IGNORE), "MPI_Waitany");
+    if (direct) continue;
+    size_t first = size_t(k) * h.seg, n = std::min<size_t>(h.seg, a.count - first);
+    e.decode(wire, a.dtype, buf + encoded_bytes(wire, a.dtype, first), n, 1.f, static_cast<char*>(y) + first * dts);
+  }
+}
+
+}  // namespace mpicomp

@@ -1,0 +1,46 @@
+// The two building blocks of every compressed collective, written once over any codec and
+// any engine: a reduce-scatter stage (each rank encodes the parts of its input meant for the
+// others once, exchanges them, and decodes-and-accumulates what it receives) and an
+// allgather stage (each rank encodes one part once and every rank decodes all parts).
+// allreduce = reduce-scatter stage + allgather stage: two compressions, never one per hop.
+// Both pipeline: a part is sent in segments, each sent as soon as it is encoded, and
+// received segments are decoded while later ones are still being encoded.
+#pragma once
+#include <mpi.h>
+
+#include <vector>
+
+#include "engine.h"
+#include "mpi_util.h"
+
+namespace mpicomp {
+
+// Part j of a buffer is elements [off[j], off[j+1]); parts travel in segments of `seg`
+// elements (a multiple of the codec's block, so segments encode independently).
+struct Layout {
+  std::vector<size_t> off;
+  size_t seg;
+  size_t len(int j) const { return off[j + 1] - off[j]; }
+};
+
+// Parts of equal length k (reduce_scatter / allgather of k elements per rank).
+Layout equal_layout(int size, size_t k, size_t seg);
+// n elements in `size` parts whose boundaries fall on multiples of `granule` (allreduce).
+Layout balanced_layout(int size, size_t n, size_t granule, size_t seg);
+// Segment length for a codec and dtype from the configured segment bytes.
+size_t segment_elems(Spec s, DType t, size_t segment_bytes);
+
+// acc (float32, own part) = sum over ranks of their part `rank` of x. The own part is added
+// exactly, the others decoded in a fixed order, so the result does not depend on timing.
+// residual (input-sized, may be null): error feedback for the encoded parts; the own part's
+// entries are added to acc and zeroed.
+void reduce_scatter_stage(MPI_Comm c, const CommInfo& ci, Engine& e, Spec s, DType t, const Layout& L, const void* x,
+                          float* residual, float* acc);
+
+// Every rank's `src` (its own part, dtype st) is encoded once and decoded by all ranks (the
+// owner too, so all outputs are identical) into y (dtype yt) times scale. residual: error
+// feedback for the own part (may be null). Codec none requires st == yt.
+void allgather_stage(MPI_Comm c, const CommInfo& ci, Engine& e, Spec s, DType st, const Layout& L, const void* src,
+                     float* residual, DType yt, void* y, float scale);
+
+}  // namespace mpicomp

@@ -1,0 +1,25 @@
+"""mpicomp: compressed collectives (allreduce, reduce-scatter, allgather, send/recv) over MPI.
+
+    import mpicomp
+    from mpi4py import MPI
+    y = mpicomp.allreduce(x, comm=MPI.COMM_WORLD, codec="int8", op="avg")
+"""
+
+# mpi4py loads libmpi and calls MPI_Init first; the extension then uses that same library.
+from mpi4py import MPI  # noqa: F401
+
+from . import _core
+from .codecs import Codec, available_codecs, codec
+from .collectives import Request, allgather, allreduce, iallreduce, recv, reduce_scatter, send
+from .config import config
+from .errors import ArgumentError, BackendError, CodecError, MpicompError, ShapeMismatchError
+from .feedback import ErrorFeedback
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Codec", "codec", "available_codecs",
+    "allreduce", "reduce_scatter", "allgather", "iallreduce", "Request", "send", "recv",
+    "ErrorFeedback", "config",
+    "MpicompError", "CodecError", "ShapeMismatchError", "BackendError", "ArgumentError",
+]

@@ -1,0 +1,69 @@
+"""The private communicators mpicomp runs its collectives on.
+
+Each user communicator gets a duplicate (made on first use, by all its ranks, inside a
+collective call) cached as an MPI attribute: mpicomp's messages never match the user's, and
+the duplicate is freed with the user's communicator. Non-blocking calls get a second
+duplicate and one worker thread per communicator, which runs them in the order they were
+started, the same order on every rank (as MPI requires of non-blocking collectives)."""
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from mpi4py import MPI
+
+from .errors import ArgumentError
+
+__all__ = ["private", "worker"]
+
+_lock = threading.Lock()
+_keyval = None
+
+
+class _Context:
+    __slots__ = ("comm", "async_comm", "executor")
+
+    def __init__(self, comm):
+        self.comm = comm.Dup()
+        self.async_comm = None
+        self.executor = None
+
+    def free(self):
+        if self.executor is not None:
+            self.executor.shutdown(wait=True)
+        for c in (self.comm, self.async_comm):
+            if c is not None and c != MPI.COMM_NULL and not MPI.Is_finalized():
+                c.Free()
+
+
+def _delete(comm, keyval, ctx):
+    ctx.free()
+
+
+def _context(comm):
+    global _keyval
+    if not isinstance(comm, MPI.Comm) or comm == MPI.COMM_NULL:
+        raise ArgumentError(f"comm must be an mpi4py communicator, got {comm!r}")
+    if isinstance(comm, MPI.Intercomm):
+        raise ArgumentError("comm must be an intra-communicator (mpicomp has no inter-communicator collectives)")
+    with _lock:
+        if _keyval is None:
+            _keyval = MPI.Comm.Create_keyval(delete_fn=_delete)
+        ctx = comm.Get_attr(_keyval)
+        if ctx is None:
+            ctx = _Context(comm)
+            comm.Set_attr(_keyval, ctx)
+        return ctx
+
+
+def private(comm):
+    """The duplicate of `comm` that blocking collectives use."""
+    return _context(comm).comm
+
+
+def worker(comm):
+    """(duplicate, executor) for non-blocking collectives on `comm`."""
+    ctx = _context(comm)
+    if ctx.executor is None:
+        ctx.async_comm = comm.Dup()
+        ctx.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mpicomp")
+    return ctx.async_comm, ctx.executor

@@ -1,0 +1,267 @@
+"""Codec specs: which compression a collective applies to its messages.
+
+``mpicomp.codec("int4", block=128)`` or the string ``"int4:block=128"`` names a codec with
+options; every collective accepts either, or a :class:`Codec`. Codecs are stateless: error
+feedback lives in :class:`mpicomp.ErrorFeedback`.
+
+Error bounds below are for one encode/decode of a block (``B`` elements, ``absmax`` its
+largest magnitude); a compressed allreduce applies two such stages (each rank's parts, then
+the reduced sum), so its error is at most the sum of those stages' bounds. A block holding
+a NaN or an Inf decodes to all NaN (it is never hidden).
+"""
+
+import numpy as np
+
+from . import _core
+from .errors import CodecError
+
+__all__ = ["Codec", "codec", "available_codecs"]
+
+_FLOAT_DTYPES = {"float32": 0, "float16": 1, "bfloat16": 2, "float64": 3}
+_INT_DTYPES = {"int8": 4, "uint8": 5, "int16": 6, "int32": 7, "int64": 8}
+DTYPE_IDS = {**_FLOAT_DTYPES, **_INT_DTYPES}
+_ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 1, "uint8": 1, "int16": 2,
+             "int32": 4, "int64": 8}
+
+
+class Codec:
+    """A codec with its options. ``name`` is the spec name, ``options`` its keyword options."""
+
+    id = 0
+    name = "none"
+    _options = {}
+
+    def __init__(self, **options):
+        unknown = set(options) - set(self._options)
+        if unknown:
+            allowed = ", ".join(sorted(self._options)) or "none"
+            raise CodecError(f"codec {self.name!r} has no option {sorted(unknown)[0]!r} (options: {allowed})")
+        self.options = {**self._options, **options}
+        self._check()
+
+    def _check(self):
+        pass
+
+    @property
+    def block(self):
+        return self.options.get("block", 0)
+
+    @property
+    def spec(self):
+        """The spec string that names this codec with its options."""
+        opts = ",".join(f"{k}={v}" for k, v in sorted(self.options.items()) if v != self._options[k])
+        return f"{self.name}:{opts}" if opts else self.name
+
+    def __repr__(self):
+        return f"mpicomp.codec({self.spec!r})"
+
+    def __eq__(self, other):
+        return isinstance(other, Codec) and (self.name, self.options) == (other.name, other.options)
+
+    def __hash__(self):
+        return hash((self.name, tuple(sorted(self.options.items()))))
+
+    def check_dtype(self, dtype_name, argument="x"):
+        if dtype_name not in DTYPE_IDS:
+            raise CodecError(f"{argument} has dtype {dtype_name}, which mpicomp does not support "
+                             f"(float32, float16, bfloat16, float64, or an integer type with codec 'none')")
+        if dtype_name in _INT_DTYPES and self.id != 0:
+            raise CodecError(f"codec {self.name!r} compresses floating-point data only, but {argument} has dtype "
+                             f"{dtype_name}; use codec='none' for integer arrays")
+
+    def encoded_bytes(self, count, dtype="float32"):
+        """Exact size in bytes of ``count`` elements of ``dtype`` once encoded."""
+        dtype = _dtype_name(dtype)
+        self.check_dtype(dtype)
+        return _core.encoded_bytes(self.id, self.block, DTYPE_IDS[dtype], int(count))
+
+    def ratio(self, dtype="float32"):
+        """Nominal compression ratio (input bytes / encoded bytes) for ``dtype`` input."""
+        dtype = _dtype_name(dtype)
+        n = max(self.block, 1) * 64
+        return n * _ITEMSIZE[dtype] / self.encoded_bytes(n, dtype)
+
+    def tolerance(self, x):
+        """Largest error of one encode/decode of each element of numpy array ``x`` (float64)."""
+        raise NotImplementedError
+
+    # Encoding single-process, for tests, inspection and benchmarks (numpy, host memory).
+    def encode(self, x, residual=None):
+        """Encodes a contiguous numpy array; returns the bytes as a uint8 array. With a
+        float32 ``residual`` of x's size, encodes x + residual and leaves in it what the
+        codec dropped (error feedback)."""
+        x = np.ascontiguousarray(x)
+        dtype = _dtype_name(x.dtype)
+        self.check_dtype(dtype)
+        out = np.empty(self.encoded_bytes(x.size, dtype), np.uint8)
+        rptr = 0
+        if residual is not None:
+            if residual.dtype != np.float32 or residual.size != x.size or not residual.flags.c_contiguous:
+                raise CodecError(f"residual must be a contiguous float32 array of {x.size} elements")
+            rptr = residual.ctypes.data
+        _core.encode(self.id, self.block, DTYPE_IDS[dtype], x.ctypes.data, x.size, rptr, out.ctypes.data)
+        return out
+
+    def decode(self, data, count, dtype="float32"):
+        """Decodes ``count`` elements from the bytes ``encode`` returned."""
+        dtype = _dtype_name(dtype)
+        self.check_dtype(dtype)
+        data = np.ascontiguousarray(data, dtype=np.uint8)
+        if data.size != self.encoded_bytes(count, dtype):
+            raise CodecError(f"data has {data.size} bytes but {count} {dtype} elements encode to "
+                             f"{self.encoded_bytes(count, dtype)} with {self!r}")
+        out = np.empty(count, np.dtype(dtype))
+        _core.decode(self.id, self.block, DTYPE_IDS[dtype], data.ctypes.data, count, 1.0, out.ctypes.data)
+        return out
+
+
+class NoneCodec(Codec):
+    """No compression: the input's bytes as they are. Exact."""
+
+    name, id = "none", 0
+
+    def tolerance(self, x):
+        return np.zeros(np.shape(x))
+
+
+class Fp16Codec(Codec):
+    """IEEE half precision, round to nearest even. Error per element at most
+    ``2**-11 * |x|`` for ``6.1e-5 <= |x| < 65504``, ``2**-25`` below; values of magnitude
+    65520 and above become Inf (outside float16's range)."""
+
+    name, id = "fp16", 1
+
+    def tolerance(self, x):
+        a = np.abs(np.asarray(x, np.float64))
+        return np.maximum(a * 2.0**-11, 2.0**-25)
+
+
+class Bf16Codec(Codec):
+    """bfloat16 (float32's exponent, 8 significant bits), round to nearest even. Error per
+    element at most ``2**-8 * |x|`` (relative), for any finite float32 input."""
+
+    name, id = "bf16", 2
+
+    def tolerance(self, x):
+        a = np.abs(np.asarray(x, np.float64))
+        return np.maximum(a * 2.0**-8, 2.0**-133)
+
+
+class _BlockCodec(Codec):
+    _options = {"block": 256}
+
+    def _check(self):
+        b = self.options["block"]
+        if not isinstance(b, (int, np.integer)) or isinstance(b, bool) or b < 32 or b > 65536 or b % 32:
+            raise CodecError(f"codec {self.name!r}: block must be a multiple of 32 in [32, 65536], got {b!r}")
+        self.options["block"] = int(b)
+
+    def _block_absmax(self, x):
+        a = np.abs(np.asarray(x, np.float64).ravel())
+        b = self.block
+        pad = (-a.size) % b
+        m = np.pad(a, (0, pad)).reshape(-1, b)
+        return m, np.repeat(m.max(axis=1), b)[: a.size]
+
+
+class Int8Codec(_BlockCodec):
+    """Blockwise absmax int8: per block of ``block`` elements (default 256) a float32 scale
+    ``absmax / 127`` and one signed byte per element, ``q = round(x * 127 / absmax)``. Error
+    per element at most ``absmax / 254`` (half a quantisation step) plus float32 rounding.
+    Ratio for float32: 3.94 at block 256."""
+
+    name, id = "int8", 3
+
+    def tolerance(self, x):
+        _, am = self._block_absmax(x)
+        return (am / 254.0 * (1 + 1e-5) + 1e-30).reshape(np.shape(x))
+
+
+class Int4Codec(_BlockCodec):
+    """Blockwise absmax int4: per block a float32 scale ``absmax / 7`` and 4 bits per element
+    (two per byte, even element in the low nibble), ``q = round(x * 7 / absmax)`` in [-7, 7].
+    Error per element at most ``absmax / 14``. Ratio for float32: 7.76 at block 256."""
+
+    name, id = "int4", 4
+
+    def tolerance(self, x):
+        _, am = self._block_absmax(x)
+        return (am / 14.0 * (1 + 1e-5) + 1e-30).reshape(np.shape(x))
+
+
+class SignCodec(_BlockCodec):
+    """Scaled sign (1 bit per element): per block a float32 scale ``mean(|x|)`` and one sign
+    bit per element; decodes to ``sign(x) * mean(|x|)`` (zero counts as positive). Error per
+    element at most ``absmax`` of its block: far from exact on its own, meant for gradients
+    with :class:`mpicomp.ErrorFeedback`, which carries what it drops into the next step
+    (1-bit SGD, Seide et al. 2014; signSGD with error feedback, Karimireddy et al. 2019).
+    Ratio for float32: 28.4 at block 256."""
+
+    name, id = "sign", 5
+
+    def tolerance(self, x):
+        _, am = self._block_absmax(x)
+        return (am * (1 + 1e-5) + 1e-30).reshape(np.shape(x))
+
+
+_CODECS = {c.name: c for c in (NoneCodec, Fp16Codec, Bf16Codec, Int8Codec, Int4Codec, SignCodec)}
+_CACHE = {}
+
+
+def _parse_value(text):
+    try:
+        return int(text, 0)
+    except ValueError:
+        return text
+
+
+def codec(spec="none", **options):
+    """Returns the :class:`Codec` named by ``spec`` (``"int8"``, ``"int4:block=128"``, or a
+    Codec, returned as is) with keyword ``options`` applied. Raises CodecError for an
+    unknown name or option."""
+    if isinstance(spec, Codec) and not options:
+        return spec
+    key = (spec, tuple(sorted(options.items()))) if isinstance(spec, str) else None
+    if key is not None:
+        try:
+            return _CACHE[key]
+        except (KeyError, TypeError):
+            pass
+    if isinstance(spec, Codec):
+        name, opts = spec.name, {**spec.options, **options}
+    elif isinstance(spec, str):
+        name, _, rest = spec.strip().partition(":")
+        opts = {}
+        for item in filter(None, (s.strip() for s in rest.split(","))):
+            k, eq, v = item.partition("=")
+            if not eq:
+                raise CodecError(f"codec spec {spec!r}: option {item!r} is not key=value")
+            opts[k.strip()] = _parse_value(v.strip())
+        opts.update(options)
+    else:
+        raise CodecError(f"codec must be a spec string or an mpicomp.Codec, got {type(spec).__name__}")
+    cls = _CODECS.get(name)
+    if cls is None:
+        raise CodecError(f"unknown codec {name!r}; available: {', '.join(available_codecs())}")
+    c = cls(**opts)
+    if key is not None:
+        try:
+            _CACHE[key] = c
+        except TypeError:
+            pass
+    return c
+
+
+def available_codecs():
+    """Spec names usable on this build and host."""
+    return list(_CODECS)
+
+
+def _dtype_name(dtype):
+    """Canonical dtype name of a numpy dtype, torch dtype or string."""
+    if isinstance(dtype, str):
+        return dtype
+    text = str(dtype)
+    if text.startswith("torch."):
+        return text[6:]
+    return np.dtype(dtype).name

@@ -1,0 +1,65 @@
+"""Process-wide settings of the compressed collectives.
+
+Each setting starts from an environment variable (read at import) and can be changed at run
+time; all ranks must use the same values, or their calls disagree and raise
+ShapeMismatchError (never a hang).
+
+=================  ==========================  ============================================
+attribute          environment variable        meaning
+=================  ==========================  ============================================
+``min_bytes``      ``MPICOMP_MIN_BYTES``       messages with fewer input bytes are sent
+                                               uncompressed (latency bound: encoding only
+                                               adds time). Default 65536: below it no codec
+                                               beat ``none`` in bench/results (README).
+``eager_bytes``    ``MPICOMP_EAGER_BYTES``     allreduces up to this size travel with the
+                                               agreement step itself (one round of latency).
+                                               Default 16384, at most 65536.
+``segment_bytes``  ``MPICOMP_SEGMENT_BYTES``   input bytes per pipelined message: encoding
+                                               of one segment overlaps sending the previous.
+                                               Default 1 MiB.
+=================  ==========================  ============================================
+"""
+
+import os
+
+from . import _core
+from .errors import ArgumentError
+
+__all__ = ["config"]
+
+_FIELDS = ("min_bytes", "eager_bytes", "segment_bytes")
+_LIMITS = {"min_bytes": (0, 1 << 62), "eager_bytes": (0, 65536), "segment_bytes": (1024, 1 << 31)}
+
+
+class _Config:
+    __slots__ = ()
+
+    def __getattr__(self, name):
+        if name not in _FIELDS:
+            raise AttributeError(name)
+        return _core.get_config()[_FIELDS.index(name)]
+
+    def __setattr__(self, name, value):
+        if name not in _FIELDS:
+            raise AttributeError(f"mpicomp.config has no setting {name!r}; settings: {', '.join(_FIELDS)}")
+        lo, hi = _LIMITS[name]
+        if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+            raise ArgumentError(f"mpicomp.config.{name} must be an integer in [{lo}, {hi}], got {value!r}")
+        current = list(_core.get_config())
+        current[_FIELDS.index(name)] = value
+        _core.set_config(*current)
+
+    def __repr__(self):
+        return "mpicomp.config(" + ", ".join(f"{f}={getattr(self, f)}" for f in _FIELDS) + ")"
+
+
+config = _Config()
+
+for _name in _FIELDS:
+    _env = "MPICOMP_" + _name.upper()
+    if _env in os.environ:
+        try:
+            _value = int(os.environ[_env], 0)
+        except ValueError:
+            raise ArgumentError(f"{_env} must be an integer, got {os.environ[_env]!r}") from None
+        setattr(config, _name, _value)

@@ -1,0 +1,30 @@
+"""Errors raised by mpicomp. All derive from :class:`MpicompError`.
+
+A collective that rejects its arguments on one rank still takes part in the agreement step
+with the other ranks, so every rank raises (the others :class:`ShapeMismatchError`) instead
+of waiting forever for the rank that gave up.
+"""
+
+__all__ = ["MpicompError", "CodecError", "ShapeMismatchError", "BackendError", "ArgumentError"]
+
+
+class MpicompError(Exception):
+    """Base class of every error mpicomp raises."""
+
+
+class CodecError(MpicompError, ValueError):
+    """Unknown codec spec, bad codec option, or a dtype the codec does not support."""
+
+
+class ShapeMismatchError(MpicompError, ValueError):
+    """Ranks disagree on element count, dtype, codec or operation (raised on every rank),
+    or a buffer does not match the shape it must have."""
+
+
+class BackendError(MpicompError, RuntimeError):
+    """No usable GPU or CUDA-aware MPI where one is needed, or an MPI call failed."""
+
+
+class ArgumentError(MpicompError, ValueError):
+    """An argument that is neither a codec nor a shape problem: bad op, non-contiguous or
+    unsupported array, wrong communicator type."""
