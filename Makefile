@@ -1,0 +1,32 @@
+# Two commands from a fresh clone: `make demo` (the main job) and `make test`. Both create
+# .venv/, install MPICH, mpi4py and torch from PyPI, and build and install mpicomp into it.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+MPIEXEC := $(VENV)/bin/mpiexec
+DEPS := $(VENV)/.deps-installed
+BUILT := $(VENV)/.mpicomp-built
+SOURCES := $(shell find cpp python -type f -not -path '*/__pycache__/*') CMakeLists.txt pyproject.toml
+
+.PHONY: all demo test bench clean
+all: $(BUILT)
+
+$(DEPS): requirements-dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements-dev.txt
+	touch $@
+
+# --no-build-isolation: build against the venv's MPICH and mpi4py, the ones used at run time.
+$(BUILT): $(DEPS) $(SOURCES)
+	$(PY) -m pip install -q --no-build-isolation --no-deps .
+	touch $@
+
+demo: $(BUILT)
+	$(MPIEXEC) -n 2 $(PY) -m mpicomp.bench allreduce -m 1K:16M --codec none,fp16,int8,int4,sign --compare mpi -c
+
+test: $(BUILT)
+	$(PY) -m pytest -q tests
+
+clean:
+	rm -rf build $(VENV)
