@@ -2,6 +2,7 @@
 // Python layer has already checked them), then run the C++ core without the GIL.
 #include <mpi.h>
 #include <mpi4py/mpi4py.h>
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -49,6 +50,13 @@ PYBIND11_MODULE(_core, m) {
       py::object type = py::module_::import("mpicomp.errors").attr(cls);
       PyErr_SetString(type.ptr(), e.what());
     }
+  });
+
+  // (address, elements, dtype char code, C-contiguous) of a numpy array: what the Python
+  // layer checks on every call, read here because numpy computes it slowly in Python.
+  m.def("ndarray_info", [](py::array a) {
+    return py::make_tuple(reinterpret_cast<uintptr_t>(a.data()), a.size(), a.dtype().char_(),
+                          bool(a.flags() & py::array::c_style));
   });
 
   // ---- codecs (layer 1), host memory ----

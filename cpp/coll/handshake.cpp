@@ -43,9 +43,17 @@ void add_payload(DType t, void* acc, const void* in, size_t n) {
 
 size_t accum_size(DType t) { return (t == DType::f16 || t == DType::bf16) ? 4 : dtype_size(t); }
 
+// Per-thread message buffers, allocated once: an agreement costs no allocation.
+std::vector<char>& buffer(int which) {
+  thread_local std::vector<char> b[2];
+  if (b[which].size() < sizeof(Header) + kEagerMax) b[which].resize(sizeof(Header) + kEagerMax);
+  return b[which];
+}
+
 struct Exchange {
   Header mine;
-  std::vector<char> in;
+  std::vector<char>& in = buffer(0);
+  std::vector<char>& out = buffer(1);
   void* eager;
   size_t eager_bytes;
   DType dtype;
@@ -64,11 +72,15 @@ struct Exchange {
       add_payload(dtype, eager, payload, eager_bytes / accum_size(dtype));
   }
 
-  void send(MPI_Comm c, int peer) {
-    std::vector<char> out(sizeof(Header) + eager_bytes);
+  // The outgoing message: header, then the running eager sum.
+  int pack() {
     std::memcpy(out.data(), &mine, sizeof(Header));
     if (eager_bytes) std::memcpy(out.data() + sizeof(Header), eager, eager_bytes);
-    mpi_check(PMPI_Send(out.data(), int(out.size()), MPI_BYTE, peer, kTag, c), "MPI_Send");
+    return int(sizeof(Header) + eager_bytes);
+  }
+  void send(MPI_Comm c, int peer) {
+    int n = pack();
+    mpi_check(PMPI_Send(out.data(), n, MPI_BYTE, peer, kTag, c), "MPI_Send");
   }
   // The buffer is the largest any rank can send, so a disagreeing peer is never truncated.
   const Header& recv(MPI_Comm c, int peer) {
@@ -76,10 +88,8 @@ struct Exchange {
     return *reinterpret_cast<const Header*>(in.data());
   }
   void sendrecv(MPI_Comm c, int peer) {
-    std::vector<char> out(sizeof(Header) + eager_bytes);
-    std::memcpy(out.data(), &mine, sizeof(Header));
-    if (eager_bytes) std::memcpy(out.data() + sizeof(Header), eager, eager_bytes);
-    mpi_check(PMPI_Sendrecv(out.data(), int(out.size()), MPI_BYTE, peer, kTag, in.data(), int(in.size()), MPI_BYTE,
+    int n = pack();
+    mpi_check(PMPI_Sendrecv(out.data(), n, MPI_BYTE, peer, kTag, in.data(), int(in.size()), MPI_BYTE,
                             peer, kTag, c, MPI_STATUS_IGNORE),
               "MPI_Sendrecv");
     const Header& h = *reinterpret_cast<const Header*>(in.data());
@@ -128,7 +138,6 @@ void handshake(MPI_Comm comm, const Signature& mine, void* eager, size_t eager_c
   ex.dtype = mine.dtype;
   ex.eager = eager;
   ex.eager_bytes = eager ? eager_count * accum_size(mine.dtype) : 0;
-  ex.in.resize(sizeof(Header) + kEagerMax);
   if (ci.size > 1) {
     // Recursive doubling; the first 2*rem ranks pair up first so a power of two remains.
     int pof2 = 1;

@@ -3,6 +3,7 @@ so the C++ core only ever sees a valid address, an element count and a dtype."""
 
 import numpy as np
 
+from . import _core
 from .codecs import DTYPE_IDS, _dtype_name
 from .errors import ArgumentError, BackendError, CodecError
 
@@ -19,6 +20,10 @@ class Buffer:
         self.dtype_id = DTYPE_IDS[dtype]
 
 
+# np.dtype.name is computed in Python on every access: look dtypes up instead.
+_NUMPY_DTYPES = {np.dtype(name).char: name for name in DTYPE_IDS if name != "bfloat16"}
+
+
 def _is_torch(x):
     return type(x).__module__.startswith("torch")
 
@@ -26,12 +31,13 @@ def _is_torch(x):
 def as_buffer(x, name="x"):
     """Checks that x is a contiguous host array of a supported dtype; returns a Buffer."""
     if isinstance(x, np.ndarray):
-        if not x.flags.c_contiguous:
+        ptr, count, char, contiguous = _core.ndarray_info(x)
+        if not contiguous:
             raise ArgumentError(f"{name} must be C-contiguous (got strides {x.strides}); pass np.ascontiguousarray({name})")
-        dtype = x.dtype.name
-        if dtype not in DTYPE_IDS:
-            raise CodecError(f"{name} has dtype {dtype}, which mpicomp does not support")
-        return Buffer(x, x.__array_interface__["data"][0], x.size, dtype, x.shape, False)
+        dtype = _NUMPY_DTYPES.get(char)
+        if dtype is None:
+            raise CodecError(f"{name} has dtype {x.dtype}, which mpicomp does not support")
+        return Buffer(x, ptr, count, dtype, x.shape, False)
     if _is_torch(x) and hasattr(x, "data_ptr"):
         if x.device.type != "cpu":
             raise BackendError(f"{name} is on device {x.device}, but this mpicomp build has no GPU support "

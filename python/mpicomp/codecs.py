@@ -219,14 +219,12 @@ def codec(spec="none", **options):
     """Returns the :class:`Codec` named by ``spec`` (``"int8"``, ``"int4:block=128"``, or a
     Codec, returned as is) with keyword ``options`` applied. Raises CodecError for an
     unknown name or option."""
-    if isinstance(spec, Codec) and not options:
-        return spec
-    key = (spec, tuple(sorted(options.items()))) if isinstance(spec, str) else None
-    if key is not None:
+    if not options:
         try:
-            return _CACHE[key]
+            return _CACHE[spec]  # every collective call parses its spec: keep that a lookup
         except (KeyError, TypeError):
-            pass
+            if isinstance(spec, Codec):
+                return spec
     if isinstance(spec, Codec):
         name, opts = spec.name, {**spec.options, **options}
     elif isinstance(spec, str):
@@ -244,11 +242,8 @@ def codec(spec="none", **options):
     if cls is None:
         raise CodecError(f"unknown codec {name!r}; available: {', '.join(available_codecs())}")
     c = cls(**opts)
-    if key is not None:
-        try:
-            _CACHE[key] = c
-        except TypeError:
-            pass
+    if not options and isinstance(spec, str):
+        _CACHE[spec] = c
     return c
 
 
