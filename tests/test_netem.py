@@ -1,0 +1,64 @@
+"""bench/netem: namespaces and shaping set up as asked, and always torn down."""
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+NETEM = str(Path(__file__).resolve().parents[1] / "bench" / "netem")
+MPIEXEC = str(Path(sys.executable).parent / "mpiexec")
+root = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("tc") is None, reason="needs root and iproute2")
+
+
+def namespaces():
+    return set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
+
+
+def netem(*args, timeout=120):
+    return subprocess.run([sys.executable, NETEM, *args], capture_output=True, text=True, timeout=timeout)
+
+
+@root
+def test_shared_loopback_is_shaped_and_removed():
+    before = namespaces()
+    r = netem("--rate", "100mbit", "--", "tc", "qdisc", "show", "dev", "lo")
+    assert r.returncode == 0, r.stderr
+    assert "tbf" in r.stdout and "100Mbit" in r.stdout
+    assert namespaces() == before
+
+
+@root
+def test_command_exit_code_is_passed_on_and_cleanup_happens():
+    before = namespaces()
+    r = netem("--", "sh", "-c", "exit 7")
+    assert r.returncode == 7
+    assert namespaces() == before
+
+
+@root
+def test_per_rank_links_carry_mpi_traffic():
+    before = namespaces()
+    prog = ("from mpi4py import MPI; import socket, subprocess; c = MPI.COMM_WORLD; "
+            "a = subprocess.run(['ip', '-4', 'addr', 'show', 'eth0'], capture_output=True, text=True).stdout; "
+            "r = c.gather((c.allreduce(c.rank + 1), '10.213.0.%d' % (c.rank + 1) in a)); "
+            "print(r if c.rank == 0 else '', flush=True)")
+    r = netem("--rate", "1gbit", "--per-rank", "--", MPIEXEC, "-n", "2", sys.executable, "-c", prog)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["[(3,", "True),", "(3,", "True)]"]
+    assert namespaces() == before
+
+
+def test_bad_arguments_exit_2():
+    r = netem("--rate", "fast", "--", "true")
+    assert r.returncode == 2 and "bad rate" in r.stderr
+    r = netem("--rate", "1gbit")
+    assert r.returncode == 2 and "no command" in r.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root to drop it")
+def test_without_root_it_says_so():
+    r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, NETEM,
+                        "--", "true"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "needs root" in r.stderr
