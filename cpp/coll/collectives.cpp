@@ -76,7 +76,7 @@ void allreduce(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
 
   // Small: the data rides along with the agreement, summed at each recursive-doubling step
   // (16-bit floats as float32, everything else in its own type).
-  sig.eager = !a.engine && bytes <= cfg.eager_bytes && a.count * accum_size(a.dtype) <= kEagerMax;
+  sig.eager = sig.wire == CodecId::none && !a.engine && bytes <= cfg.eager_bytes && a.count * accum_size(a.dtype) <= kEagerMax;
   if (sig.eager) {
     thread_local std::vector<char> payload;
     payload.resize(a.count * accum_size(a.dtype));
