@@ -19,9 +19,14 @@ attribute          environment variable        meaning
                                                of one segment overlaps sending the previous.
                                                Default 1 MiB.
 =================  ==========================  ============================================
+
+``mpicomp-config --preload`` (or ``python -m mpicomp --preload``) prints the path of
+the LD_PRELOAD interposer library, which reads its own ``MPICOMP_*`` variables (README).
 """
 
 import os
+import sys
+from pathlib import Path
 
 from . import _core
 from .errors import ArgumentError
@@ -64,3 +69,20 @@ for _name in _FIELDS:
         except ValueError:
             raise ArgumentError(f"{_env} must be an integer, got {os.environ[_env]!r}") from None
         setattr(config, _name, _value)
+
+
+def preload_path():
+    """Path of libmpicomp_pmpi.so, the interposer for unmodified MPI programs."""
+    return str(Path(__file__).with_name("libmpicomp_pmpi.so"))
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv == ["--preload"]:
+        print(preload_path())
+        return 0
+    if argv == []:
+        print(config)
+        return 0
+    print("usage: mpicomp-config [--preload]", file=sys.stderr)
+    return 2

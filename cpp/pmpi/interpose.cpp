@@ -1,0 +1,314 @@
+// libmpicomp_pmpi.so: the MPI entry points that mpicomp compresses, for unmodified programs
+// (LD_PRELOAD). Each call decides from its count, datatype, op and communicator alone (so all
+// ranks decide alike) whether to run mpicomp's collective on a private duplicate of the
+// communicator, or to hand the call to the PMPI_ function untouched. The core only calls
+// PMPI_ names, so nothing here recurses into itself.
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <tuple>
+#include <vector>
+
+#include "../coll/coll.h"
+#include "../coll/config.h"
+#include "../coll/mpi_util.h"
+#include "async.h"
+#include "settings.h"
+
+#define MPICOMP_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace mpicomp::pmpi {
+namespace {
+
+Settings g_settings;
+bool g_active = false;  // MPI_Init ran through us and read the settings
+
+struct Counters {
+  long long calls = 0, compressed = 0;
+  double bytes_in = 0, bytes_sent = 0, seconds = 0;
+};
+Counters g_stats[5];
+
+// ---- private duplicates, cached on the user's communicator ----
+int g_keyval[2] = {MPI_KEYVAL_INVALID, MPI_KEYVAL_INVALID};
+
+int free_dup(MPI_Comm, int, void* attr, void*) {
+  MPI_Comm* dup = static_cast<MPI_Comm*>(attr);
+  PMPI_Comm_free(dup);
+  delete dup;
+  return MPI_SUCCESS;
+}
+
+// ---- error feedback, one residual per (communicator, receive buffer, count) ----
+std::map<std::tuple<MPI_Comm, const void*, MPI_Count>, std::vector<float>> g_residuals;
+
+float* residual(MPI_Comm comm, const void* key, MPI_Count count, size_t n) {
+  if (!g_settings.error_feedback) return nullptr;
+  auto& r = g_residuals[{comm, key, count}];
+  r.resize(n, 0.f);
+  return r.data();
+}
+
+bool float_type(MPI_Datatype t, DType& out) {
+  if (t == MPI_FLOAT) out = DType::f32;
+  else if (t == MPI_DOUBLE) out = DType::f64;
+#ifdef MPIX_C_FLOAT16
+  else if (t == MPIX_C_FLOAT16) out = DType::f16;
+#endif
+#ifdef MPIX_BFLOAT16
+  else if (t == MPIX_BFLOAT16) out = DType::bf16;
+#endif
+  else return false;
+  return true;
+}
+
+// The codec this call uses, or nothing to pass it through.
+std::optional<CollArgs> decide(Coll coll, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm) {
+  const auto& codec = g_settings.codec[int(coll)];
+  DType t;
+  int inter = 0;
+  if (!g_active || !codec || (op != MPI_SUM && op != MPI_OP_NULL) || !float_type(dt, t) || count <= 0 ||
+      comm == MPI_COMM_NULL || size_t(count) * dtype_size(t) < g_settings.min_bytes)
+    return std::nullopt;
+  if (PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter) return std::nullopt;
+  CollArgs a;
+  a.spec = *codec;
+  a.dtype = t;
+  a.count = size_t(count);
+  return a;
+}
+
+// Runs one compressed call; failures reach the caller through the communicator's error
+// handler, as any MPI error would.
+template <class F>
+int guarded(MPI_Comm comm, Coll coll, size_t in_bytes, double sent_bytes, F&& body) {
+  auto t0 = std::chrono::steady_clock::now();
+  try {
+    body();
+  } catch (const Error& e) {
+    std::fprintf(stderr, "mpicomp (LD_PRELOAD): %s\n", e.what());
+    return PMPI_Comm_call_errhandler(comm, MPI_ERR_OTHER), MPI_ERR_OTHER;
+  }
+  Counters& c = g_stats[int(coll)];
+  c.compressed++;
+  c.bytes_in += double(in_bytes);
+  c.bytes_sent += sent_bytes;
+  c.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return MPI_SUCCESS;
+}
+
+int comm_size(MPI_Comm comm) {
+  int p = 1;
+  PMPI_Comm_size(comm, &p);
+  return p;
+}
+
+// What each rank puts on the wire, nominally: both stages of a compressed allreduce send
+// (p-1)/p of the encoded input.
+double wire_bytes(const CollArgs& a, size_t n, double stages, int p) {
+  return stages * double(p - 1) / p * double(encoded_bytes(a.spec, a.dtype, n));
+}
+
+template <class F>
+int passthrough(Coll coll, double in_bytes, F&& call) {
+  auto t0 = std::chrono::steady_clock::now();
+  int rc = call();
+  Counters& c = g_stats[int(coll)];
+  c.bytes_in += in_bytes;
+  c.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return rc;
+}
+
+int type_size(MPI_Datatype t) {
+  int s = 0;
+  PMPI_Type_size(t, &s);
+  return s;
+}
+
+int allreduce(const void* x, void* y, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm) {
+  g_stats[int(Coll::allreduce)].calls++;
+  auto a = decide(Coll::allreduce, count, dt, op, comm);
+  if (!a)
+    return passthrough(Coll::allreduce, double(count) * type_size(dt),
+                       [&] { return PMPI_Allreduce_c(x, y, count, dt, op, comm); });
+  if (x == MPI_IN_PLACE) x = y;
+  int p = comm_size(comm);
+  return guarded(comm, Coll::allreduce, a->count * dtype_size(a->dtype), wire_bytes(*a, a->count, 2, p), [&] {
+    a->residual = residual(comm, y, count, a->count);
+    mpicomp::allreduce(private_comm(comm, 0), x, y, *a);
+  });
+}
+
+int reduce_scatter_block(const void* x, void* y, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm) {
+  g_stats[int(Coll::reduce_scatter)].calls++;
+  auto a = decide(Coll::reduce_scatter, count, dt, op, comm);
+  int p = comm_size(comm);
+  if (!a)
+    return passthrough(Coll::reduce_scatter, double(count) * p * type_size(dt),
+                       [&] { return PMPI_Reduce_scatter_block_c(x, y, count, dt, op, comm); });
+  // In place: the input is the receive buffer (size * count elements).
+  std::vector<char> copy;
+  if (x == MPI_IN_PLACE) {
+    copy.assign(static_cast<char*>(y), static_cast<char*>(y) + size_t(count) * p * dtype_size(a->dtype));
+    x = copy.data();
+  }
+  return guarded(comm, Coll::reduce_scatter, a->count * p * dtype_size(a->dtype),
+                 wire_bytes(*a, a->count * p, 1, p), [&] {
+                   a->residual = residual(comm, y, count, a->count * p);
+                   mpicomp::reduce_scatter(private_comm(comm, 0), x, y, *a);
+                 });
+}
+
+int allgather(const void* x, MPI_Count sc, MPI_Datatype st, void* y, MPI_Count rc, MPI_Datatype rt, MPI_Comm comm) {
+  g_stats[int(Coll::allgather)].calls++;
+  bool same = x == MPI_IN_PLACE || (sc == rc && st == rt);
+  auto a = same ? decide(Coll::allgather, rc, rt, MPI_OP_NULL, comm) : std::nullopt;
+  int p = comm_size(comm);
+  if (!a)
+    return passthrough(Coll::allgather, double(rc) * type_size(rt),
+                       [&] { return PMPI_Allgather_c(x, sc, st, y, rc, rt, comm); });
+  std::vector<char> copy;
+  if (x == MPI_IN_PLACE) {
+    int r = 0;
+    PMPI_Comm_rank(comm, &r);
+    const char* own = static_cast<char*>(y) + size_t(r) * a->count * dtype_size(a->dtype);
+    copy.assign(own, own + a->count * dtype_size(a->dtype));
+    x = copy.data();
+  }
+  return guarded(comm, Coll::allgather, a->count * dtype_size(a->dtype),
+                 double(p - 1) * double(encoded_bytes(a->spec, a->dtype, a->count)), [&] {
+                   a->residual = residual(comm, y, rc, a->count);
+                   mpicomp::allgather(private_comm(comm, 0), x, y, *a);
+                 });
+}
+
+int iallreduce(const void* x, void* y, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm, MPI_Request* req) {
+  g_stats[int(Coll::allreduce)].calls++;
+  auto a = g_threads ? decide(Coll::allreduce, count, dt, op, comm) : std::nullopt;
+  if (!a) return PMPI_Iallreduce_c(x, y, count, dt, op, comm, req);
+  if (x == MPI_IN_PLACE) x = y;
+  try {
+    a->residual = residual(comm, y, count, a->count);
+    start_async(async_comm(comm), x, y, *a, req);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "mpicomp (LD_PRELOAD): %s\n", e.what());
+    return PMPI_Comm_call_errhandler(comm, MPI_ERR_OTHER), MPI_ERR_OTHER;
+  }
+  g_stats[int(Coll::allreduce)].compressed++;
+  return MPI_SUCCESS;
+}
+
+// Non-blocking compressed calls run on a worker thread, which MPI allows only at
+// MPI_THREAD_MULTIPLE. The interposer never raises the program's thread level (MPICH's
+// locking at that level costs small pass-through calls several microseconds): below it,
+// MPI_Iallreduce passes through uncompressed.
+bool g_threads = false;
+
+void on_init() {
+  std::string error;
+  read_settings(g_settings, error);
+  int level = MPI_THREAD_SINGLE;
+  PMPI_Query_thread(&level);
+  g_threads = level == MPI_THREAD_MULTIPLE;
+  if (!error.empty()) {
+    int rank = 0;
+    PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0) std::fprintf(stderr, "mpicomp (LD_PRELOAD): invalid setting %s\n", error.c_str());
+    PMPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  set_config(Config{g_settings.min_bytes, config().eager_bytes, g_settings.segment_bytes});
+  g_active = true;
+}
+
+void print_stats() {
+  int rank = 0, size = 1;
+  PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  PMPI_Comm_size(MPI_COMM_WORLD, &size);
+  const char* names[] = {"", "MPI_Allreduce", "MPI_Reduce_scatter_block", "MPI_Allgather"};
+  if (rank == 0)
+    std::printf("# mpicomp interposer: %d ranks; calls as seen by rank 0, bytes summed over ranks, time of the "
+                "slowest rank\n# %-24s %10s %11s %14s %14s %10s\n",
+                size, "collective", "calls", "compressed", "bytes in", "bytes sent", "time (s)");
+  for (int c = 1; c <= 3; ++c) {
+    double sums[2] = {g_stats[c].bytes_in, g_stats[c].bytes_sent}, out[2], tmax = 0;
+    PMPI_Reduce(sums, out, 2, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+    PMPI_Reduce(&g_stats[c].seconds, &tmax, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    if (rank == 0)
+      std::printf("  %-24s %10lld %11lld %14.0f %14.0f %10.3f\n", names[c], g_stats[c].calls, g_stats[c].compressed,
+                  out[0], out[1], tmax);
+  }
+  if (rank == 0) std::fflush(stdout);
+}
+
+}  // namespace
+
+MPI_Comm private_comm(MPI_Comm comm, int slot) {
+  int& keyval = g_keyval[slot];
+  if (keyval == MPI_KEYVAL_INVALID)
+    mpi_check(PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, free_dup, &keyval, nullptr), "MPI_Comm_create_keyval");
+  void* attr = nullptr;
+  int found = 0;
+  mpi_check(PMPI_Comm_get_attr(comm, keyval, &attr, &found), "MPI_Comm_get_attr");
+  if (found) return *static_cast<MPI_Comm*>(attr);
+  MPI_Comm* dup = new MPI_Comm;
+  mpi_check(PMPI_Comm_dup(comm, dup), "MPI_Comm_dup");
+  mpi_check(PMPI_Comm_set_errhandler(*dup, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  mpi_check(PMPI_Comm_set_attr(comm, keyval, dup), "MPI_Comm_set_attr");
+  return *dup;
+}
+
+}  // namespace mpicomp::pmpi
+
+using namespace mpicomp::pmpi;
+
+MPICOMP_EXPORT int MPI_Init(int* argc, char*** argv) {
+  int rc = PMPI_Init(argc, argv);
+  if (rc == MPI_SUCCESS) on_init();
+  return rc;
+}
+MPICOMP_EXPORT int MPI_Init_thread(int* argc, char*** argv, int required, int* provided) {
+  int rc = PMPI_Init_thread(argc, argv, required, provided);
+  if (rc == MPI_SUCCESS) on_init();
+  return rc;
+}
+MPICOMP_EXPORT int MPI_Finalize() {
+  if (g_active) {
+    stop_async();
+    if (g_settings.stats) print_stats();
+    g_residuals.clear();
+  }
+  return PMPI_Finalize();
+}
+
+MPICOMP_EXPORT int MPI_Allreduce(const void* x, void* y, int n, MPI_Datatype t, MPI_Op op, MPI_Comm c) {
+  return allreduce(x, y, n, t, op, c);
+}
+MPICOMP_EXPORT int MPI_Allreduce_c(const void* x, void* y, MPI_Count n, MPI_Datatype t, MPI_Op op, MPI_Comm c) {
+  return allreduce(x, y, n, t, op, c);
+}
+MPICOMP_EXPORT int MPI_Reduce_scatter_block(const void* x, void* y, int n, MPI_Datatype t, MPI_Op op, MPI_Comm c) {
+  return reduce_scatter_block(x, y, n, t, op, c);
+}
+MPICOMP_EXPORT int MPI_Reduce_scatter_block_c(const void* x, void* y, MPI_Count n, MPI_Datatype t, MPI_Op op,
+                                              MPI_Comm c) {
+  return reduce_scatter_block(x, y, n, t, op, c);
+}
+MPICOMP_EXPORT int MPI_Allgather(const void* x, int sc, MPI_Datatype st, void* y, int rc, MPI_Datatype rt,
+                                 MPI_Comm c) {
+  return allgather(x, sc, st, y, rc, rt, c);
+}
+MPICOMP_EXPORT int MPI_Allgather_c(const void* x, MPI_Count sc, MPI_Datatype st, void* y, MPI_Count rc,
+                                   MPI_Datatype rt, MPI_Comm c) {
+  return allgather(x, sc, st, y, rc, rt, c);
+}
+MPICOMP_EXPORT int MPI_Iallreduce(const void* x, void* y, int n, MPI_Datatype t, MPI_Op op, MPI_Comm c,
+                                  MPI_Request* r) {
+  return iallreduce(x, y, n, t, op, c, r);
+}
+MPICOMP_EXPORT int MPI_Iallreduce_c(const void* x, void* y, MPI_Count n, MPI_Datatype t, MPI_Op op, MPI_Comm c,
+                                    MPI_Request* r) {
+  return iallreduce(x, y, n, t, op, c, r);
+}

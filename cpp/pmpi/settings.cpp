@@ -1,0 +1,95 @@
+#include "settings.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace mpicomp::pmpi {
+namespace {
+
+// "int4" or "int4:block=128": the spec syntax of mpicomp.codec().
+bool parse_spec(const std::string& text, Spec& spec, std::string& why) {
+  static const char* names[] = {"none", "fp16", "bf16", "int8", "int4", "sign"};
+  std::string name = text.substr(0, text.find(':'));
+  int id = -1;
+  for (int i = 0; i < 6; ++i)
+    if (name == names[i]) id = i;
+  if (id < 0) {
+    why = "unknown codec '" + name + "' (codecs: none, fp16, bf16, int8, int4, sign, or off)";
+    return false;
+  }
+  spec = Spec{CodecId(id), 256};
+  if (text.find(':') == std::string::npos) return true;
+  std::string opts = text.substr(text.find(':') + 1);
+  if (opts.rfind("block=", 0) != 0 || !is_blockwise(spec.id)) {
+    why = "option '" + opts + "' is not valid for codec '" + name + "' (int8, int4 and sign take block=N)";
+    return false;
+  }
+  char* end = nullptr;
+  long b = std::strtol(opts.c_str() + 6, &end, 10);
+  if (*end || b < 32 || b > long(kMaxBlock) || b % 32) {
+    why = "block must be a multiple of 32 in [32, 65536], got '" + opts.substr(6) + "'";
+    return false;
+  }
+  spec.block = uint32_t(b);
+  return true;
+}
+
+bool read_codec(const char* var, std::optional<Spec>& out, std::string& error) {
+  const char* v = std::getenv(var);
+  if (!v) return true;
+  std::string text(v), why;
+  if (text == "off" || text.empty()) {
+    out.reset();
+    return true;
+  }
+  Spec s;
+  if (!parse_spec(text, s, why)) {
+    error = std::string(var) + "=" + text + ": " + why;
+    return false;
+  }
+  out = s;
+  return true;
+}
+
+bool read_size(const char* var, size_t& out, std::string& error) {
+  const char* v = std::getenv(var);
+  if (!v) return true;
+  char* end = nullptr;
+  long long n = std::strtoll(v, &end, 0);
+  if (!*v || *end || n < 0) {
+    error = std::string(var) + "=" + v + ": expected a byte count (a non-negative integer)";
+    return false;
+  }
+  out = size_t(n);
+  return true;
+}
+
+bool read_flag(const char* var, bool& out, std::string& error) {
+  const char* v = std::getenv(var);
+  if (!v) return true;
+  if (!std::strcmp(v, "1") || !std::strcmp(v, "0")) {
+    out = v[0] == '1';
+    return true;
+  }
+  error = std::string(var) + "=" + v + ": expected 0 or 1";
+  return false;
+}
+
+}  // namespace
+
+bool read_settings(Settings& s, std::string& error) {
+  std::optional<Spec> all;
+  if (!read_codec("MPICOMP_CODEC", all, error)) return false;
+  const std::pair<Coll, const char*> overrides[] = {{Coll::allreduce, "MPICOMP_ALLREDUCE_CODEC"},
+                                                    {Coll::reduce_scatter, "MPICOMP_REDUCE_SCATTER_CODEC"},
+                                                    {Coll::allgather, "MPICOMP_ALLGATHER_CODEC"}};
+  for (auto& [coll, var] : overrides) {
+    s.codec[int(coll)] = all;
+    if (!read_codec(var, s.codec[int(coll)], error)) return false;
+  }
+  return read_size("MPICOMP_MIN_BYTES", s.min_bytes, error) &&
+         read_size("MPICOMP_SEGMENT_BYTES", s.segment_bytes, error) &&
+         read_flag("MPICOMP_ERROR_FEEDBACK", s.error_feedback, error) && read_flag("MPICOMP_STATS", s.stats, error);
+}
+
+}  // namespace mpicomp::pmpi
