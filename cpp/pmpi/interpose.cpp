@@ -25,6 +25,11 @@ namespace {
 
 Settings g_settings;
 bool g_active = false;  // MPI_Init ran through us and read the settings
+// Non-blocking compressed calls run on a worker thread, which MPI allows only at
+// MPI_THREAD_MULTIPLE. The interposer never raises the program's thread level (MPICH's
+// locking at that level costs small pass-through calls several microseconds): below it,
+// MPI_Iallreduce passes through uncompressed.
+bool g_threads = false;
 
 struct Counters {
   long long calls = 0, compressed = 0;
@@ -201,12 +206,6 @@ int iallreduce(const void* x, void* y, MPI_Count count, MPI_Datatype dt, MPI_Op 
   return MPI_SUCCESS;
 }
 
-// Non-blocking compressed calls run on a worker thread, which MPI allows only at
-// MPI_THREAD_MULTIPLE. The interposer never raises the program's thread level (MPICH's
-// locking at that level costs small pass-through calls several microseconds): below it,
-// MPI_Iallreduce passes through uncompressed.
-bool g_threads = false;
-
 void on_init() {
   std::string error;
   read_settings(g_settings, error);
@@ -219,7 +218,8 @@ void on_init() {
     if (rank == 0) std::fprintf(stderr, "mpicomp (LD_PRELOAD): invalid setting %s\n", error.c_str());
     PMPI_Abort(MPI_COMM_WORLD, 2);
   }
-  set_config(Config{g_settings.min_bytes, config().eager_bytes, g_settings.segment_bytes});
+  // No eager path: it only pays in thread-multiple programs, below min_bytes anyway.
+  set_config(Config{g_settings.min_bytes, 0, g_settings.segment_bytes});
   g_active = true;
 }
 
