@@ -11,7 +11,7 @@ struct Config {
   size_t min_bytes = 64 * 1024;
   // Allreduces up to this many bytes of input are done inside the agreement exchange
   // (recursive doubling with the data attached), costing one round of latency in all.
-  size_t eager_bytes = 64 * 1024;
+  size_t eager_bytes = 32 * 1024;
   // Input bytes per pipelined message: encoding of one segment overlaps the transfer of
   // the previous ones.
   size_t segment_bytes = 1 << 20;

@@ -1,5 +1,7 @@
 """Arrays in and out: numpy arrays and torch tensors (host memory), checked at the boundary
-so the C++ core only ever sees a valid address, an element count and a dtype."""
+so the C++ core only ever sees a valid address, an element count and a dtype. numpy arrays
+are checked in C++ (mpicomp._core.numpy_args): that check runs on every call and must cost
+well under a microsecond next to a small message's latency."""
 
 import numpy as np
 
@@ -7,66 +9,58 @@ from . import _core
 from .codecs import DTYPE_IDS, _dtype_name
 from .errors import ArgumentError, BackendError, CodecError
 
-__all__ = ["Buffer", "as_buffer", "empty_like", "check_out"]
+__all__ = ["collective_args", "array_info", "dtype_name"]
+_NAMES = {i: name for name, i in DTYPE_IDS.items()}
 
 
-class Buffer:
-    """A checked view of a caller's array: address, element count, dtype name and id."""
-
-    __slots__ = ("obj", "ptr", "count", "dtype", "dtype_id", "shape", "is_torch")
-
-    def __init__(self, obj, ptr, count, dtype, shape, is_torch):
-        self.obj, self.ptr, self.count, self.dtype, self.shape, self.is_torch = obj, ptr, count, dtype, shape, is_torch
-        self.dtype_id = DTYPE_IDS[dtype]
-
-
-# np.dtype.name is computed in Python on every access: look dtypes up instead.
-_NUMPY_DTYPES = {np.dtype(name).char: name for name in DTYPE_IDS if name != "bfloat16"}
+def dtype_name(dtype_id):
+    return _NAMES[dtype_id]
 
 
 def _is_torch(x):
     return type(x).__module__.startswith("torch")
 
 
-def as_buffer(x, name="x"):
-    """Checks that x is a contiguous host array of a supported dtype; returns a Buffer."""
+def _torch_info(x, name):
+    if x.device.type != "cpu":
+        raise BackendError(f"{name} is on device {x.device}, but this mpicomp build has no GPU support "
+                           f"(built without CUDA); move it to the CPU or rebuild with CUDA")
+    if not x.is_contiguous():
+        raise ArgumentError(f"{name} must be contiguous (got strides {tuple(x.stride())}); pass {name}.contiguous()")
+    dtype = _dtype_name(x.dtype)
+    if dtype not in DTYPE_IDS:
+        raise CodecError(f"{name} has dtype {x.dtype}, which mpicomp does not support")
+    return x.data_ptr(), x.numel(), DTYPE_IDS[dtype]
+
+
+def array_info(x, name="x"):
+    """(address, elements, dtype id) of a contiguous host array of a supported dtype."""
     if isinstance(x, np.ndarray):
-        ptr, count, char, contiguous = _core.ndarray_info(x)
-        if not contiguous:
-            raise ArgumentError(f"{name} must be C-contiguous (got strides {x.strides}); pass np.ascontiguousarray({name})")
-        dtype = _NUMPY_DTYPES.get(char)
-        if dtype is None:
-            raise CodecError(f"{name} has dtype {x.dtype}, which mpicomp does not support")
-        return Buffer(x, ptr, count, dtype, x.shape, False)
+        return _core.numpy_info(x, name)
     if _is_torch(x) and hasattr(x, "data_ptr"):
-        if x.device.type != "cpu":
-            raise BackendError(f"{name} is on device {x.device}, but this mpicomp build has no GPU support "
-                               f"(built without CUDA); move it to the CPU or rebuild with CUDA")
-        if not x.is_contiguous():
-            raise ArgumentError(f"{name} must be contiguous (got strides {tuple(x.stride())}); pass {name}.contiguous()")
-        dtype = _dtype_name(x.dtype)
-        if dtype not in DTYPE_IDS:
-            raise CodecError(f"{name} has dtype {x.dtype}, which mpicomp does not support")
-        return Buffer(x, x.data_ptr(), x.numel(), dtype, tuple(x.shape), True)
+        return _torch_info(x, name)
     raise ArgumentError(f"{name} must be a numpy array or a torch tensor, got {type(x).__name__}")
 
 
-def empty_like(buf, shape=None):
-    """A new array of buf's kind and dtype (and device), of `shape` (default: buf's)."""
-    shape = buf.shape if shape is None else shape
-    if buf.is_torch:
+def collective_args(x, out, out_mode, size):
+    """Checks a collective's input and (optional) output; allocates the output when None.
+    out_mode: 0 out is like x, 1 it has count / size elements (1-D), 2 count * size (1-D).
+    Returns (out, x address, out address, x elements, dtype id)."""
+    if type(x) is np.ndarray:
+        return _core.numpy_args(x, out, out_mode, size)
+    xptr, n, dt = array_info(x, "x")
+    if out_mode == 1 and n % size:
+        raise ArgumentError(f"reduce_scatter: x has {n} elements, which is not a multiple of the "
+                            f"communicator size {size}")
+    m = n if out_mode == 0 else n // size if out_mode == 1 else n * size
+    if out is None:
         import torch
 
-        return torch.empty(shape, dtype=buf.obj.dtype, device=buf.obj.device)
-    return np.empty(shape, dtype=buf.obj.dtype)
-
-
-def check_out(out, like, count, name="out"):
-    """Checks a caller-provided output: same kind and dtype as the input, `count` elements."""
-    b = as_buffer(out, name)
-    if b.is_torch != like.is_torch or b.dtype != like.dtype:
-        kind = lambda v: ("torch tensor" if v.is_torch else "numpy array") + f" of {v.dtype}"
-        raise ArgumentError(f"{name} must be a {kind(like)} like x, got a {kind(b)}")
-    if b.count != count:
-        raise ArgumentError(f"{name} has {b.count} elements but the result has {count}")
-    return b
+        out = torch.empty(tuple(x.shape) if out_mode == 0 else (m,), dtype=x.dtype, device=x.device)
+    elif not (_is_torch(out) and hasattr(out, "data_ptr")) or out.dtype != x.dtype:
+        raise ArgumentError(f"out must be a torch tensor of {x.dtype} like x, got {type(out).__name__}"
+                            + (f" of {out.dtype}" if hasattr(out, "dtype") else ""))
+    yptr, got, _ = array_info(out, "out")
+    if got != m:
+        raise ArgumentError(f"out has {got} elements but the result has {m}")
+    return out, xptr, yptr, n, dt

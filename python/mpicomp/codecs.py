@@ -220,11 +220,11 @@ def codec(spec="none", **options):
     Codec, returned as is) with keyword ``options`` applied. Raises CodecError for an
     unknown name or option."""
     if not options:
-        try:
-            return _CACHE[spec]  # every collective call parses its spec: keep that a lookup
-        except (KeyError, TypeError):
-            if isinstance(spec, Codec):
-                return spec
+        if isinstance(spec, Codec):
+            return spec
+        c = _CACHE.get(spec) if type(spec) is str else None  # every collective call parses its spec
+        if c is not None:
+            return c
     if isinstance(spec, Codec):
         name, opts = spec.name, {**spec.options, **options}
     elif isinstance(spec, str):

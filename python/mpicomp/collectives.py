@@ -8,10 +8,11 @@ left waiting. Ranks that pass different counts, dtypes, codecs or ops all raise
 ShapeMismatchError, and the communicator stays usable.
 """
 
+import numpy as np
 from mpi4py import MPI
 
 from . import _comm, _core
-from ._buffers import as_buffer, check_out, empty_like
+from ._buffers import array_info, collective_args, dtype_name
 from .codecs import codec as _codec
 from .errors import ArgumentError, MpicompError
 from .feedback import ErrorFeedback
@@ -22,51 +23,52 @@ _ALLREDUCE, _REDUCE_SCATTER, _ALLGATHER = 1, 2, 3
 _OPS = {"sum": False, "avg": True}
 
 
-def _prepare(coll, comm, x, codec, out, error_feedback, op, out_count):
-    """Checks everything local to this rank; on failure tells the other ranks, then raises.
-    Returns (private comm, input, output array, output buffer, codec, avg, residual address)."""
+def _spec_args(coll, comm, codec, op):
+    """(private comm, codec, avg): the checks every call starts with."""
     pcomm = _comm.private(comm)
     try:
         c = _codec(codec)
-        if op not in _OPS:
+        avg = _OPS.get(op)
+        if avg is None:
             raise ArgumentError(f"op must be 'sum' or 'avg', got {op!r}")
-        xb = as_buffer(x, "x")
-        c.check_dtype(xb.dtype, "x")
-        if _OPS[op] and xb.dtype.startswith(("int", "uint")):
-            raise ArgumentError(f"op='avg' needs a floating-point x, got dtype {xb.dtype}")
-        count = out_count(xb.count, pcomm.Get_size())
-        if out is None:
-            shape = xb.shape if count == xb.count else (count,)
-            out = empty_like(xb, shape)
-            ob = as_buffer(out, "out")
-        else:
-            ob = check_out(out, xb, count)
-        if error_feedback is not None and not isinstance(error_feedback, ErrorFeedback):
-            raise ArgumentError(f"error_feedback must be an mpicomp.ErrorFeedback or None, "
-                                f"got {type(error_feedback).__name__}")
-        rptr = error_feedback._buffer(xb) if (error_feedback is not None and c.id != 0) else 0
     except MpicompError as own:
-        try:
-            _core.reject(pcomm, coll)
-        except MpicompError:
-            pass  # the others now raise ShapeMismatchError; this rank raises its own error
+        _tell_others(pcomm, coll)
         raise own
-    return pcomm, xb, out, ob, c, _OPS[op], rptr
+    return pcomm, c, avg
 
 
-def _same(count, size):
-    return count
+def _tell_others(pcomm, coll):
+    try:
+        _core.reject(pcomm, coll)
+    except MpicompError:
+        pass  # the others now raise ShapeMismatchError; this rank raises its own error
 
 
-def _scattered(count, size):
-    if count % size:
-        raise ArgumentError(f"reduce_scatter: x has {count} elements, which is not a multiple of the "
-                            f"communicator size {size}")
-    return count // size
+def _prepare(coll, comm, x, codec, out, error_feedback, op, out_mode):
+    """Checks everything local to this rank; on failure tells the other ranks, then raises.
+    Returns (private comm, out, x address, out address, count, dtype id, codec, avg, residual
+    address)."""
+    pcomm, c, avg = _spec_args(coll, comm, codec, op)
+    try:
+        out, xptr, yptr, count, dt = collective_args(x, out, out_mode, pcomm.Get_size())
+        _core.check_combination(dt, c.id, avg)
+        rptr = 0
+        if error_feedback is not None:
+            if not isinstance(error_feedback, ErrorFeedback):
+                raise ArgumentError(f"error_feedback must be an mpicomp.ErrorFeedback or None, "
+                                    f"got {type(error_feedback).__name__}")
+            if c.id != 0:
+                rptr = error_feedback._buffer(count, x)
+    except MpicompError as own:
+        _tell_others(pcomm, coll)
+        raise own
+    return pcomm, out, xptr, yptr, count, dt, c, avg, rptr
 
 
-def _gathered(count, size):
-    return count * size
+def _numpy(coll, comm, x, codec, out, op):
+    """The whole call in C++ for numpy arrays without error feedback (most calls)."""
+    pcomm, c, avg = _spec_args(coll, comm, codec, op)
+    return _core.numpy_collective(coll, pcomm, x, out, c.id, c.block, avg)
 
 
 def allreduce(x, comm=MPI.COMM_WORLD, codec="int8", op="sum", out=None, error_feedback=None):
@@ -87,8 +89,10 @@ def allreduce(x, comm=MPI.COMM_WORLD, codec="int8", op="sum", out=None, error_fe
         values. The error is within the sum over ranks of the codec's per-element bound for
         each rank's x, plus the bound for the summed value.
     """
-    pcomm, xb, out, ob, c, avg, rptr = _prepare(_ALLREDUCE, comm, x, codec, out, error_feedback, op, _same)
-    _core.allreduce(pcomm, xb.ptr, ob.ptr, xb.count, xb.dtype_id, c.id, c.block, avg, rptr)
+    if error_feedback is None and type(x) is np.ndarray:
+        return _numpy(_ALLREDUCE, comm, x, codec, out, op)
+    pcomm, out, xptr, yptr, n, dt, c, avg, rptr = _prepare(_ALLREDUCE, comm, x, codec, out, error_feedback, op, 0)
+    _core.allreduce(pcomm, xptr, yptr, n, dt, c.id, c.block, avg, rptr)
     return out
 
 
@@ -96,9 +100,11 @@ def reduce_scatter(x, comm=MPI.COMM_WORLD, codec="int8", op="sum", out=None, err
     """x holds size * k elements (any shape; flattened in C order); returns a 1-D array of k
     elements: the sum (or mean) over ranks of their elements [rank * k, (rank + 1) * k).
     Each rank compresses each part once; its own part is added exactly."""
-    pcomm, xb, out, ob, c, avg, rptr = _prepare(_REDUCE_SCATTER, comm, x, codec, out, error_feedback, op,
-                                                _scattered)
-    _core.reduce_scatter(pcomm, xb.ptr, ob.ptr, ob.count, xb.dtype_id, c.id, c.block, avg, rptr)
+    if error_feedback is None and type(x) is np.ndarray:
+        return _numpy(_REDUCE_SCATTER, comm, x, codec, out, op)
+    pcomm, out, xptr, yptr, n, dt, c, avg, rptr = _prepare(_REDUCE_SCATTER, comm, x, codec, out, error_feedback,
+                                                           op, 1)
+    _core.reduce_scatter(pcomm, xptr, yptr, n // pcomm.Get_size(), dt, c.id, c.block, avg, rptr)
     return out
 
 
@@ -106,8 +112,10 @@ def allgather(x, comm=MPI.COMM_WORLD, codec="int8", out=None, error_feedback=Non
     """Concatenation (1-D, size * k elements, rank order) of every rank's x (k elements).
     Each rank's x is compressed once; every rank, its owner included, decodes the same bytes,
     so all ranks get identical results."""
-    pcomm, xb, out, ob, c, _, rptr = _prepare(_ALLGATHER, comm, x, codec, out, error_feedback, "sum", _gathered)
-    _core.allgather(pcomm, xb.ptr, ob.ptr, xb.count, xb.dtype_id, c.id, c.block, rptr)
+    if error_feedback is None and type(x) is np.ndarray:
+        return _numpy(_ALLGATHER, comm, x, codec, out, "sum")
+    pcomm, out, xptr, yptr, n, dt, c, _, rptr = _prepare(_ALLGATHER, comm, x, codec, out, error_feedback, "sum", 2)
+    _core.allgather(pcomm, xptr, yptr, n, dt, c.id, c.block, rptr)
     return out
 
 
@@ -136,10 +144,10 @@ def iallreduce(x, comm=MPI.COMM_WORLD, codec="int8", op="sum", out=None, error_f
     in the same order; they run in that order. Arguments are checked here, before it starts."""
     acomm, executor = _comm.worker(comm)
     # Check synchronously on the worker's communicator so a bad argument raises here.
-    pcomm, xb, out, ob, c, avg, rptr = _prepare(_ALLREDUCE, acomm, x, codec, out, error_feedback, op, _same)
+    pcomm, out, xptr, yptr, n, dt, c, avg, rptr = _prepare(_ALLREDUCE, acomm, x, codec, out, error_feedback, op, 0)
 
     def run():
-        _core.allreduce(pcomm, xb.ptr, ob.ptr, xb.count, xb.dtype_id, c.id, c.block, avg, rptr)
+        _core.allreduce(pcomm, xptr, yptr, n, dt, c.id, c.block, avg, rptr)
         return out
 
     return Request(executor.submit(run))
@@ -149,25 +157,25 @@ def _p2p_args(buf, codec, name, comm, peer, peer_name):
     if not isinstance(comm, MPI.Comm) or comm == MPI.COMM_NULL:
         raise ArgumentError(f"comm must be an mpi4py communicator, got {comm!r}")
     c = _codec(codec)
-    b = as_buffer(buf, name)
-    c.check_dtype(b.dtype, name)
+    ptr, n, dt = array_info(buf, name)
+    c.check_dtype(dtype_name(dt), name)
     if not isinstance(peer, int) or not (0 <= peer < comm.Get_size() or peer == MPI.ANY_SOURCE):
         raise ArgumentError(f"{peer_name} must be a rank of comm (0..{comm.Get_size() - 1}), got {peer!r}")
-    return c, b
+    return c, ptr, n, dt
 
 
 def send(x, dest, comm=MPI.COMM_WORLD, codec="int8", tag=0, error_feedback=None):
     """Sends x to rank dest of comm, compressed; the receiver calls recv with an array of the
     same count and dtype and the same codec. Returns when x may be reused."""
-    c, b = _p2p_args(x, codec, "x", comm, dest, "dest")
-    rptr = error_feedback._buffer(b) if (error_feedback is not None and c.id != 0) else 0
-    _core.send(comm, b.ptr, dest, tag, b.count, b.dtype_id, c.id, c.block, rptr)
+    c, ptr, n, dt = _p2p_args(x, codec, "x", comm, dest, "dest")
+    rptr = error_feedback._buffer(n, x) if (error_feedback is not None and c.id != 0) else 0
+    _core.send(comm, ptr, dest, tag, n, dt, c.id, c.block, rptr)
 
 
 def recv(out, source=MPI.ANY_SOURCE, comm=MPI.COMM_WORLD, codec="int8", tag=0):
     """Receives into out (contiguous, the sender's count and dtype) what rank source sent
     with send; returns out. A sender whose count, dtype or codec differ: ShapeMismatchError
     (the message is consumed, the communicator stays usable)."""
-    c, b = _p2p_args(out, codec, "out", comm, source, "source")
-    _core.recv(comm, b.ptr, source, tag, b.count, b.dtype_id, c.id, c.block)
+    c, ptr, n, dt = _p2p_args(out, codec, "out", comm, source, "source")
+    _core.recv(comm, ptr, source, tag, n, dt, c.id, c.block)
     return out

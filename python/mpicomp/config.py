@@ -13,8 +13,8 @@ attribute          environment variable        meaning
                                                beat ``none`` in bench/results (README).
 ``eager_bytes``    ``MPICOMP_EAGER_BYTES``     allreduces up to this size travel with the
                                                agreement step itself (one round of latency).
-                                               Default 65536, the most: up to there it beat
-                                               MPICH's own allreduce on shared memory.
+                                               Default 32768 (at most 65536): up to there it
+                                               beat MPICH's own allreduce on shared memory.
 ``segment_bytes``  ``MPICOMP_SEGMENT_BYTES``   input bytes per pipelined message: encoding
                                                of one segment overlaps sending the previous.
                                                Default 1 MiB.

@@ -34,22 +34,24 @@ class ErrorFeedback:
         if self.residual is not None:
             self.residual[...] = 0
 
-    def _buffer(self, like):
-        """The residual for input buffer `like` (created on first use); its address."""
+    def _buffer(self, count, like):
+        """The residual for `count` elements of array `like` (created on first use, of like's
+        kind and device); its address."""
         r = self.residual
         if r is None:
-            if like.is_torch:
+            if isinstance(like, np.ndarray):
+                r = np.zeros(count, np.float32)
+            else:
                 import torch
 
-                r = torch.zeros(like.count, dtype=torch.float32, device=like.obj.device)
-            else:
-                r = np.zeros(like.count, np.float32)
+                r = torch.zeros(count, dtype=torch.float32, device=like.device)
             self.residual = r
-        n = r.numel() if like.is_torch else r.size
-        if n != like.count:
+        torch_residual = not isinstance(r, np.ndarray)
+        n = r.numel() if torch_residual else r.size
+        if n != count:
             raise ArgumentError(f"error_feedback holds the residual of a stream of {n} elements, but x has "
-                                f"{like.count}: use one ErrorFeedback per tensor")
-        return r.data_ptr() if like.is_torch else r.ctypes.data
+                                f"{count}: use one ErrorFeedback per tensor")
+        return r.data_ptr() if torch_residual else r.ctypes.data
 
     def __repr__(self):
         n = None if self.residual is None else int(np.prod(tuple(self.residual.shape)))

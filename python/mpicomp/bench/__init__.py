@@ -1,0 +1,1 @@
+"""OSU-style microbenchmarks of mpicomp: python -m mpicomp.bench --help."""

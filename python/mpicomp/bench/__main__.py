@@ -1,0 +1,54 @@
+"""mpicomp-bench: OSU-style microbenchmarks of mpicomp (run the collective ones under mpiexec).
+
+    mpicomp-bench codecs                       # codec GB/s on one core vs memcpy
+    mpiexec -n 2 mpicomp-bench allreduce -m 1K:64M --codec none,int8,int4 --compare mpi,gloo -c
+    mpiexec -n 2 mpicomp-bench allgather ... / reduce_scatter ...
+"""
+import argparse
+import sys
+
+from mpi4py import MPI
+
+from .options import add_common, codec_list
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that prints its error on rank 0 only, and exits 2 on every rank."""
+
+    def error(self, message):
+        if MPI.COMM_WORLD.rank == 0:
+            self.print_usage(sys.stderr)
+            print(f"{self.prog}: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def parser():
+    p = _Parser(prog="mpicomp-bench", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for name in ("allreduce", "reduce_scatter", "allgather"):
+        s = sub.add_parser(name, help=f"latency of {name} per codec (under mpiexec)")
+        add_common(s)
+        s.add_argument("--compare", default="", metavar="mpi,gloo",
+                       help="also time the MPI library's own collective and/or torch gloo's")
+    c = sub.add_parser("codecs", help="codec throughput on one core vs memcpy (one process)")
+    c.add_argument("--codec", dest="codecs", type=codec_list, default=None, metavar="SPEC[,SPEC...]")
+    c.add_argument("-n", "--elements", type=int, default=16 << 20, help="float32 elements (default 16 Mi)")
+    c.add_argument("-r", "--repeats", type=int, default=5, help="best of this many runs")
+    c.add_argument("--all-targets", action="store_true", help="every SIMD target this CPU supports")
+    c.add_argument("--json", metavar="PATH")
+    return p
+
+
+def main(argv=None):
+    args = parser().parse_args(argv)
+    if args.command == "codecs":
+        from . import codecs
+
+        return codecs.run(args)
+    from . import collectives
+
+    return collectives.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

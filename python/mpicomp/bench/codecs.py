@@ -1,0 +1,57 @@
+"""Codec throughput on one core: encode, decode and decode-accumulate GB/s per codec and SIMD
+target, beside memcpy measured in the same run (GB/s count float32 input bytes, so a codec
+"at memcpy speed" takes as long as copying its input once)."""
+import time
+
+import numpy as np
+
+from .. import _core, available_codecs, codec as get_codec
+from . import report
+
+
+def _best(fn, repeats):
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def run(args):
+    n = args.elements
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(n).astype(np.float32)
+    y = np.empty_like(x)
+    acc = np.zeros_like(x)
+    specs = args.codecs or [get_codec(s) for s in available_codecs() if s != "none"]
+    records = []
+    targets = _core.cpu_targets() if args.all_targets else [_core.cpu_target()]
+    print(f"# mpicomp-bench codecs: {n} float32 elements ({x.nbytes >> 20} MiB), one core, best of {args.repeats}")
+    print("# GB/s of float32 input; xMemcpy = codec GB/s / memcpy GB/s (same run)")
+    t = report.Table([("Target", 10, "s"), ("Codec", 14, "s"), ("Encode", 9, ".2f"), ("Decode", 9, ".2f"),
+                      ("DecodeAcc", 11, ".2f"), ("Memcpy", 9, ".2f"), ("xEnc", 7, ".2f"), ("xDec", 7, ".2f"),
+                      ("xAcc", 7, ".2f"), ("Ratio", 7, ".2f")])
+    start = _core.cpu_target()
+    try:
+        for target in targets:
+            _core.set_cpu_target(target)
+            memcpy = x.nbytes / _best(lambda: np.copyto(y, x), args.repeats) / 1e9
+            for c in specs:
+                buf = np.empty(c.encoded_bytes(n), np.uint8)
+                enc = _best(lambda: _core.encode(c.id, c.block, 0, x.ctypes.data, n, 0, buf.ctypes.data), args.repeats)
+                dec = _best(lambda: _core.decode(c.id, c.block, 0, buf.ctypes.data, n, 1.0, y.ctypes.data),
+                            args.repeats)
+                dacc = _best(lambda: _core.decode_accumulate(c.id, c.block, 0, buf.ctypes.data, n, acc.ctypes.data),
+                             args.repeats)
+                g = [x.nbytes / s / 1e9 for s in (enc, dec, dacc)]
+                t.row(target, c.spec, *g, memcpy, *(v / memcpy for v in g), c.ratio())
+                records.append(dict(op="codec", target=target, codec=c.spec, elements=n, device="cpu",
+                                    encode_gbps=g[0], decode_gbps=g[1], decode_accumulate_gbps=g[2],
+                                    memcpy_gbps=memcpy, ratio=c.ratio()))
+    finally:
+        _core.set_cpu_target(start)
+    if args.json:
+        report.write_json(args.json, records)
+    return 0

@@ -1,0 +1,196 @@
+"""OSU-style latency of mpicomp's collectives, side by side with the MPI library's own
+(mpi4py) and torch.distributed's gloo on the same ranks, sizes and data.
+
+Latency is measured as the OSU micro-benchmarks do: a barrier, ITER back-to-back calls, the
+time per call on each rank, then its average, minimum and maximum over ranks. Sizes are bytes
+of float32 input per rank (for reduce_scatter: the whole input; for allgather: each rank's
+part). Speed-ups are the MPI library's latency divided by mpicomp's, measured in the same run.
+"""
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from .. import allgather, allreduce, config, reduce_scatter
+from . import report
+from .options import iterations
+
+
+class Op:
+    """What a benchmark needs to know of one collective."""
+
+    def __init__(self, name, run, run_mpi, out_len, exact, stages, gloo=None):
+        self.name, self.run, self.run_mpi, self.out_len = name, run, run_mpi, out_len
+        self.exact, self.stages, self.gloo = exact, stages, gloo
+
+
+def _parts(xs, rank, size):
+    k = xs[0].size // size
+    return [x[rank * k:(rank + 1) * k] for x in xs]
+
+
+OPS = {
+    "allreduce": Op("allreduce", lambda x, y, c, comm: allreduce(x, comm=comm, codec=c, out=y),
+                    lambda x, y, comm: comm.Allreduce(x, y), lambda n, p: n,
+                    lambda xs, rank, size: np.sum(xs, axis=0), stages=2, gloo="all_reduce"),
+    "reduce_scatter": Op("reduce_scatter", lambda x, y, c, comm: reduce_scatter(x, comm=comm, codec=c, out=y),
+                         lambda x, y, comm: comm.Reduce_scatter_block(x, y), lambda n, p: n // p,
+                         lambda xs, rank, size: np.sum(_parts(xs, rank, size), axis=0), stages=1),
+    "allgather": Op("allgather", lambda x, y, c, comm: allgather(x, comm=comm, codec=c, out=y),
+                    lambda x, y, comm: comm.Allgather(x, y), lambda n, p: n * p,
+                    lambda xs, rank, size: np.concatenate(xs), stages=1, gloo="all_gather"),
+}
+
+
+def _time(fn, iters, warmup, comm):
+    for _ in range(warmup):
+        fn()
+    comm.Barrier()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    t = (time.perf_counter() - t0) / iters * 1e6
+    return comm.allreduce(t, MPI.SUM) / comm.size, comm.allreduce(t, MPI.MIN), comm.allreduce(t, MPI.MAX)
+
+
+def _bound(op, xs, exact, c, comm):
+    """Per-element error bound of the result: each compression stage's bound, summed."""
+    if op.name == "allgather":
+        return np.concatenate([c.tolerance(x) for x in xs])
+    parts = xs if op.name == "allreduce" else _parts(xs, comm.rank, comm.size)
+    bound = sum(c.tolerance(x) for x in parts)
+    if op.stages == 2:
+        bound = bound + c.tolerance(exact)
+    return bound + 1e-5 * np.abs(exact) + 1e-6  # float32 accumulation
+
+
+def _gloo(comm):
+    import os
+
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        port = None
+        if comm.rank == 0:
+            import socket
+
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ["MASTER_PORT"] = str(comm.bcast(port))
+        dist.init_process_group("gloo", rank=comm.rank, world_size=comm.size)
+    return dist
+
+
+def _peer(name, op, x, y, comm, cache):
+    """The call of a peer implementation, or None if it has no such collective."""
+    if name == "mpi":
+        return lambda: op.run_mpi(x, y, comm)
+    if name == "gloo" and op.gloo:
+        import torch
+
+        dist = cache.get("gloo") or cache.setdefault("gloo", _gloo(comm))
+        tx = torch.from_numpy(x.copy())
+        if op.gloo == "all_reduce":
+            return lambda: dist.all_reduce(tx)
+        outs = [torch.empty_like(tx) for _ in range(comm.size)]
+        return lambda: dist.all_gather(outs, tx)
+    return None
+
+
+def run(args, comm=MPI.COMM_WORLD):
+    op = OPS[args.command]
+    p, rank = comm.size, comm.rank
+    compare = [c for c in args.compare.split(",") if c] if args.compare else []
+    if args.device != "cpu":
+        raise SystemExit("mpicomp-bench: --device cuda: this build has no CUDA support")
+    # gloo runs in a pass of its own, after the others: its threads keep cores busy for a
+    # while after each call, which would slow whatever is timed next.
+    passes = [[("peer", c) for c in compare if c != "gloo"] + [("mpicomp", c) for c in args.codecs]]
+    if "gloo" in compare:
+        passes.append([("peer", "gloo")])
+    progress = report.Progress(sum(len(ps) for ps in passes) * len(args.sizes), rank == 0 and not args.quiet)
+    results, failures, cache = {}, 0, {}
+    for impls in passes:
+        for nbytes in args.sizes:
+            n = max(p, nbytes // 4 // p * p) if op.name == "reduce_scatter" else max(1, nbytes // 4)
+            x = np.random.default_rng(1234 + rank).standard_normal(n).astype(np.float32)
+            y = np.empty(op.out_len(n, p), np.float32)
+            iters, warmup = iterations(args, nbytes)
+            calls = {}
+            for kind, what in impls:
+                fn = _peer(what, op, x, y, comm, cache) if kind == "peer" else (lambda c=what: op.run(x, y, c, comm))
+                if fn is not None:
+                    calls[(kind, what)] = fn
+                progress.step(f"{what if kind == 'peer' else what.spec} {nbytes}")
+            # Side by side: every implementation once per round, the best round kept.
+            best = {}
+            for _ in range(args.rounds):
+                for key, fn in calls.items():
+                    t = _time(fn, iters, warmup, comm)
+                    if key not in best or t[0] < best[key][0]:
+                        best[key] = t
+            xs = exact = None
+            if args.validation and any(k == "mpicomp" for k, _ in calls):
+                xs = [a.astype(np.float64) for a in comm.allgather(x)]
+                exact = op.exact(xs, rank, p)
+            for (kind, what), (avg, lo, hi) in best.items():
+                rec = dict(op=op.name, impl=what if kind == "peer" else "mpicomp",
+                           codec="none" if kind == "peer" else what.spec, size=nbytes, np=p, device=args.device,
+                           avg_latency_us=avg, min_latency_us=lo, max_latency_us=hi, iterations=iters, ratio=1.0,
+                           max_rel_error=None)
+                if kind == "mpicomp":
+                    c = what
+                    compressed = c.id != 0 and nbytes >= config.min_bytes and p > 1
+                    rec["ratio"] = x.nbytes / c.encoded_bytes(x.size) if compressed else 1.0
+                    if args.validation:
+                        op.run(x, y, c, comm)
+                        diff = np.abs(y.astype(np.float64) - exact)
+                        rec["max_rel_error"] = float(diff.max() / max(np.abs(exact).max(), 1e-30))
+                        bound = _bound(op, xs, exact, c, comm) if compressed else 1e-5 * np.abs(exact) + 1e-6
+                        failures += comm.allreduce(int(np.count_nonzero(~(diff <= bound))))
+                results[(rec["impl"], rec["codec"], nbytes)] = rec
+    records = []
+    for r in results.values():
+        peer = results.get(("mpi", "none", r["size"]))
+        r["speedup_vs_mpi"] = peer["avg_latency_us"] / r["avg_latency_us"] if peer else None
+        records.append(r)
+    records.sort(key=lambda r: (r["impl"] != "mpi", r["impl"] != "gloo", r["codec"], r["size"]))
+    if rank == 0:
+        _print(args, op, records, comm)
+        if args.json:
+            report.write_json(args.json, records)
+    if failures:
+        if rank == 0:
+            print(f"# VALIDATION FAILED: {failures} elements outside the codec's error bound")
+        return 1
+    return 0
+
+
+def _print(args, op, records, comm):
+    print(report.header(op.name, args, comm, [
+        f"sizes: bytes of float32 input per rank; iterations: {args.iterations or 'OSU defaults'}, best of "
+        f"{args.rounds} rounds; compression below {config.min_bytes} bytes: off (mpicomp.config.min_bytes)"]))
+    groups = {}
+    for r in records:
+        groups.setdefault((r["impl"], r["codec"]), []).append(r)
+    for (impl, codec_name), rows in groups.items():
+        print(f"\n# {impl}" + (f" codec {codec_name}" if impl == "mpicomp" else f" (the {impl} library's own)"))
+        cols = [("Size", 12, "d"), ("Avg Latency(us)", 18, ".2f")]
+        if args.full:
+            cols += [("Min Latency(us)", 18, ".2f"), ("Max Latency(us)", 18, ".2f"), ("Iterations", 12, "d")]
+        cols += [("Ratio", 8, ".2f")]
+        if args.validation:
+            cols += [("MaxRelErr", 11, ".2e")]
+        cols += [("Speedup(mpi)", 14, ".3f")]
+        t = report.Table(cols)
+        for r in rows:
+            vals = [r["size"], r["avg_latency_us"]]
+            if args.full:
+                vals += [r["min_latency_us"], r["max_latency_us"], r["iterations"]]
+            vals += [r["ratio"]]
+            if args.validation:
+                vals += [r["max_rel_error"]]
+            vals += [r["speedup_vs_mpi"]]
+            t.row(*vals)

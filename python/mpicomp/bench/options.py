@@ -1,0 +1,65 @@
+"""Command-line options shared by the benchmarks, with OSU's names and conventions."""
+import argparse
+import re
+
+_SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def size(text):
+    """'4096', '64K', '16M', '1G' -> bytes."""
+    m = re.fullmatch(r"(\d+)([KMG]?)(?:i?B)?", text.strip(), re.IGNORECASE)
+    if not m or int(m.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(f"bad size {text!r} (examples: 1024, 64K, 16M, 1G)")
+    return int(m.group(1)) * _SUFFIX[m.group(2).upper()]
+
+
+def size_range(text):
+    """'-m MIN:MAX' (or just MAX) -> the powers of two from MIN to MAX, in bytes."""
+    lo, _, hi = text.partition(":") if ":" in text else ("4", "", text)
+    lo, hi = size(lo), size(hi)
+    if lo > hi:
+        raise argparse.ArgumentTypeError(f"bad size range {text!r}: MIN is larger than MAX")
+    sizes, s = [], 1
+    while s < lo:
+        s *= 2
+    while s <= hi:
+        sizes.append(s)
+        s *= 2
+    if not sizes:
+        raise argparse.ArgumentTypeError(f"no power of two in {text!r}")
+    return sizes
+
+
+def codec_list(text):
+    from ..codecs import codec
+    from ..errors import CodecError
+
+    specs = [s for s in text.split(",") if s]
+    try:
+        return [codec(s) for s in specs]
+    except CodecError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def add_common(p, sizes="1K:16M"):
+    p.add_argument("-m", "--message-size", dest="sizes", type=size_range, default=size_range(sizes),
+                   metavar="MIN:MAX", help=f"bytes of float32 input, powers of two (K/M/G suffixes; default {sizes})")
+    p.add_argument("-i", "--iterations", type=int, default=None, metavar="ITER",
+                   help="timed iterations per size (default: 1000 below 1 MiB, fewer above)")
+    p.add_argument("-x", "--warmup", type=int, default=None, metavar="WARMUP", help="untimed iterations (default: ITER/10)")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="time every implementation this many times, interleaved, and keep the best (default 3)")
+    p.add_argument("-f", "--full", action="store_true", help="also print min / max latency and iterations")
+    p.add_argument("-c", "--validation", action="store_true",
+                   help="check results against an exact float64 reduction; exit 1 if one exceeds the codec's bound")
+    p.add_argument("--codec", dest="codecs", type=codec_list, default=codec_list("none,int8"),
+                   metavar="SPEC[,SPEC...]", help="codecs to measure (default none,int8)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--json", metavar="PATH", help="also write the records as JSON")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+
+
+def iterations(args, nbytes):
+    """OSU's defaults: many iterations for small messages, fewer for large ones."""
+    it = args.iterations or (1000 if nbytes < (1 << 20) else max(5, (100 << 20) // nbytes))
+    return it, args.warmup if args.warmup is not None else max(1, it // 10)

@@ -1,0 +1,54 @@
+"""Printing results as OSU does (a '#' header, then fixed columns), and as JSON records."""
+import json
+import sys
+
+from mpi4py import MPI
+
+from .. import _core, __version__
+
+
+def header(title, args, comm, extra=()):
+    """The '#' lines that say how a table was measured."""
+    lib = MPI.Get_library_version().splitlines()[0].strip()
+    lines = [f"# mpicomp-bench {title} (mpicomp {__version__})",
+             f"# ranks: {comm.Get_size()}, device: {args.device}, CPU codec target: {_core.cpu_target()}",
+             f"# MPI: {lib}"]
+    return "\n".join(lines + [f"# {e}" for e in extra])
+
+
+class Table:
+    """One OSU-style table; columns are (title, width, format)."""
+
+    def __init__(self, columns, out=sys.stdout):
+        self.columns, self.out = columns, out
+        print("# " + "".join(f"{t:>{w}}" if i else f"{t:<{w - 2}}" for i, (t, w, _) in enumerate(columns)), file=out)
+
+    def row(self, *values):
+        cells = []
+        for i, ((_, w, fmt), v) in enumerate(zip(self.columns, values)):
+            text = "-" if v is None else format(v, fmt)
+            cells.append(f"{text:<{w}}" if i == 0 else f"{text:>{w}}")
+        print("".join(cells), file=self.out, flush=True)
+
+
+class Progress:
+    """A progress bar on stderr (rank 0, a terminal, not -q)."""
+
+    def __init__(self, total, enabled):
+        self.total, self.done = total, 0
+        self.enabled = enabled and sys.stderr.isatty()
+
+    def step(self, label=""):
+        self.done += 1
+        if self.enabled:
+            filled = int(30 * self.done / self.total)
+            sys.stderr.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total} {label:<30}")
+            if self.done == self.total:
+                sys.stderr.write("\r" + " " * 72 + "\r")
+            sys.stderr.flush()
+
+
+def write_json(path, records):
+    with open(path, "w") as f:
+        json.dump(records, f, indent=1)
+        f.write("\n")
