@@ -5,7 +5,13 @@ Latency is measured as the OSU micro-benchmarks do: a barrier, ITER back-to-back
 time per call on each rank, then its average, minimum and maximum over ranks. Sizes are bytes
 of float32 input per rank (for reduce_scatter: the whole input; for allgather: each rank's
 part). Speed-ups are the MPI library's latency divided by mpicomp's, measured in the same run.
+
+With -c, every mpicomp result is checked against a float64 reduction of all ranks' inputs and
+must lie within the codec's error bound (both compression stages), else the exit status is 1.
+MPICOMP_BENCH_CORRUPT=1 adds 1 to one element of each checked result: a self-test showing
+that -c catches a wrong answer (tests/test_bench.py).
 """
+import os
 import time
 
 import numpy as np
@@ -146,6 +152,8 @@ def run(args, comm=MPI.COMM_WORLD):
                     rec["ratio"] = x.nbytes / c.encoded_bytes(x.size) if compressed else 1.0
                     if args.validation:
                         op.run(x, y, c, comm)
+                        if os.environ.get("MPICOMP_BENCH_CORRUPT") == "1":
+                            y.flat[0] += 1.0
                         diff = np.abs(y.astype(np.float64) - exact)
                         rec["max_rel_error"] = float(diff.max() / max(np.abs(exact).max(), 1e-30))
                         bound = _bound(op, xs, exact, c, comm) if compressed else 1e-5 * np.abs(exact) + 1e-6
@@ -176,7 +184,8 @@ def _print(args, op, records, comm):
     for r in records:
         groups.setdefault((r["impl"], r["codec"]), []).append(r)
     for (impl, codec_name), rows in groups.items():
-        print(f"\n# {impl}" + (f" codec {codec_name}" if impl == "mpicomp" else f" (the {impl} library's own)"))
+        label = {"mpi": "the MPI library's own, through mpi4py", "gloo": "torch.distributed, gloo backend"}
+        print(f"\n# {impl}" + (f" codec {codec_name}" if impl == "mpicomp" else f" ({label[impl]})"))
         cols = [("Size", 12, "d"), ("Avg Latency(us)", 18, ".2f")]
         if args.full:
             cols += [("Min Latency(us)", 18, ".2f"), ("Max Latency(us)", 18, ".2f"), ("Iterations", 12, "d")]

@@ -1,0 +1,298 @@
+"""Collectives against a float64 reduction of every rank's input, gathered with mpi4py.
+Runs in every rank (see tests/test_mpi_launch.py); must pass at any size, 1 included."""
+import numpy as np
+import pytest
+import torch
+from mpi4py import MPI
+
+import mpicomp
+
+WORLD = MPI.COMM_WORLD
+CODECS = ["none", "fp16", "bf16", "int8", "int4", "sign"]
+
+
+def comm_of(kind):
+    if kind == "world":
+        return WORLD
+    if kind == "split":
+        return WORLD.Split(WORLD.rank % 2, WORLD.rank)
+    if kind == "dup":
+        return WORLD.Dup()
+    return WORLD.Create_cart([WORLD.size], periods=[True])
+
+
+@pytest.fixture(params=["world", "split", "dup", "cart"])
+def comm(request):
+    c = comm_of(request.param)
+    yield c
+    if c != WORLD:
+        c.Free()
+
+
+def inputs(comm, n, dtype=np.float32, seed=0):
+    """This rank's input and every rank's, as float64."""
+    def make(r):
+        rng = np.random.default_rng(seed * 1000 + r)
+        scale = np.repeat(10.0 ** rng.uniform(-2, 2, size=n // 256 + 1), 256)[:n]
+        return (rng.standard_normal(n) * scale).astype(dtype)
+
+    return make(comm.rank), [make(r).astype(np.float64) for r in range(comm.size)]
+
+
+def out_rounding(y_dtype, exact):
+    eps = {"float16": 2.0**-11, "bfloat16": 2.0**-8, "float32": 2.0**-23, "float64": 0.0}[y_dtype]
+    return np.abs(exact) * eps * 2 + (6e-8 if y_dtype == "float16" else 0)
+
+
+def allreduce_bound(c, xs, exact, comm, y_dtype="float32"):
+    if comm.size == 1:
+        return out_rounding(y_dtype, exact) + 1e-12
+    parts = sum(c.tolerance(x) for x in xs) + c.tolerance(exact)
+    # float32 accumulation: a few rounding errors of the magnitudes summed, not of the sum
+    accumulation = (np.sum(np.abs(xs), axis=0) + parts) * 2.0**-22 * comm.size
+    return parts * (1 + 1e-4) + accumulation + out_rounding(y_dtype, exact) + 1e-12
+
+
+def identical_everywhere(comm, y):
+    ys = comm.allgather(np.asarray(y))
+    return all(np.array_equal(ys[0], v, equal_nan=True) for v in ys)
+
+
+@pytest.fixture
+def compress_small():
+    mpicomp.config.min_bytes = 0  # compress the small arrays of these tests too
+
+
+@pytest.mark.parametrize("name", CODECS)
+@pytest.mark.parametrize("n", [1, 7, 65537, 1_000_000])
+@pytest.mark.parametrize("op", ["sum", "avg"])
+def test_allreduce(compress_small, name, n, op):
+    c = mpicomp.codec(name)
+    x, xs = inputs(WORLD, n, seed=n)
+    exact = np.sum(xs, axis=0) / (WORLD.size if op == "avg" else 1)
+    y = mpicomp.allreduce(x, codec=name, op=op)
+    assert y.dtype == x.dtype and y.shape == x.shape
+    scale = 1 / WORLD.size if op == "avg" else 1
+    bound = allreduce_bound(c, xs, exact / scale, WORLD) * scale
+    err = np.abs(y - exact)
+    assert np.all(err <= bound), (name, n, op, float((err / bound).max()))
+    assert identical_everywhere(WORLD, y)
+
+
+@pytest.mark.parametrize("name", ["none", "int8", "sign"])
+def test_allreduce_on_sub_communicators(comm, compress_small, name):
+    c = mpicomp.codec(name)
+    x, xs = inputs(comm, 20_001, seed=3)
+    exact = np.sum(xs, axis=0)
+    y = mpicomp.allreduce(x, comm=comm, codec=name)
+    assert np.all(np.abs(y - exact) <= allreduce_bound(c, xs, exact, comm))
+    assert identical_everywhere(comm, y)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float64])
+@pytest.mark.parametrize("name", ["none", "bf16", "int4"])
+def test_allreduce_numpy_dtypes(compress_small, dtype, name):
+    x, xs = inputs(WORLD, 5000, dtype=dtype, seed=4)
+    exact = np.sum(xs, axis=0)
+    y = mpicomp.allreduce(x, codec=name)
+    assert y.dtype == dtype
+    bound = allreduce_bound(mpicomp.codec(name), xs, exact, WORLD, np.dtype(dtype).name)
+    assert np.all(np.abs(y.astype(np.float64) - exact) <= bound)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name", ["none", "int8", "sign"])
+def test_allreduce_torch_tensors(compress_small, dtype, name):
+    x, xs = inputs(WORLD, 3 * 4 * 500, seed=5)
+    t = torch.from_numpy(x).to(dtype).reshape(3, 4, 500)
+    xs = [torch.from_numpy(v.astype(np.float32)).to(dtype).double().numpy() for v in xs]  # what was sent
+    exact = np.sum(xs, axis=0)
+    y = mpicomp.allreduce(t, codec=name, op="sum")
+    assert isinstance(y, torch.Tensor) and y.dtype == dtype and y.shape == t.shape
+    bound = allreduce_bound(mpicomp.codec(name), xs, exact, WORLD, str(dtype)[6:])
+    assert np.all(np.abs(y.double().numpy().ravel() - exact) <= bound)
+
+
+def test_in_place_shapes_and_empty(compress_small):
+    x, xs = inputs(WORLD, 6000, seed=6)
+    exact = np.sum(xs, axis=0).reshape(20, 300)
+    x2 = x.reshape(20, 300)
+    y = mpicomp.allreduce(x2, codec="int8", out=x2)
+    assert y is x2
+    assert np.all(np.abs(y - exact) <= allreduce_bound(mpicomp.codec("int8"), xs, exact.ravel(), WORLD).reshape(20, 300))
+    e = mpicomp.allreduce(np.empty((0, 3), np.float32), codec="int4")
+    assert e.shape == (0, 3)
+    assert mpicomp.reduce_scatter(np.empty(0, np.float32)).size == 0
+    assert mpicomp.allgather(np.empty(0, np.float64), codec="fp16").size == 0
+
+
+@pytest.mark.parametrize("name", CODECS)
+@pytest.mark.parametrize("op", ["sum", "avg"])
+def test_reduce_scatter(comm, compress_small, name, op):
+    c = mpicomp.codec(name)
+    k = 3001
+    x, xs = inputs(comm, k * comm.size, seed=7)
+    mine = slice(comm.rank * k, (comm.rank + 1) * k)
+    exact = np.sum([v[mine] for v in xs], axis=0)
+    y = mpicomp.reduce_scatter(x, comm=comm, codec=name, op=op)
+    assert y.shape == (k,)
+    accumulation = np.sum([np.abs(v[mine]) for v in xs], axis=0) * 2.0**-22 * comm.size
+    bound = (sum(c.tolerance(v[mine]) for v in xs) if comm.size > 1 else 0) * (1 + 1e-4) + accumulation + 1e-12
+    scale = 1 / comm.size if op == "avg" else 1
+    assert np.all(np.abs(y - exact * scale) <= bound * scale)
+
+
+@pytest.mark.parametrize("name", CODECS)
+def test_allgather(comm, compress_small, name):
+    c = mpicomp.codec(name)
+    x, xs = inputs(comm, 2999, seed=8)
+    y = mpicomp.allgather(x, comm=comm, codec=name)
+    assert y.shape == (2999 * comm.size,)
+    want = np.concatenate(xs)
+    bound = np.concatenate([c.tolerance(v) for v in xs]) if comm.size > 1 else 0
+    assert np.all(np.abs(y - want) <= bound)
+    assert identical_everywhere(comm, y)
+
+
+def test_reduce_scatter_rejects_indivisible_input():
+    if WORLD.size == 1:
+        pytest.skip("every count divides by 1")
+    with pytest.raises(mpicomp.ArgumentError, match="not a multiple"):
+        mpicomp.reduce_scatter(np.zeros(WORLD.size + 1, np.float32))
+
+
+@pytest.mark.parametrize("name", ["fp16", "bf16", "int8", "int4", "sign"])
+def test_non_finite_reaches_every_rank(compress_small, name):
+    x = np.ones(4096, np.float32)
+    if WORLD.rank == WORLD.size - 1:
+        x[1000] = np.nan  # block 3 of 16 (256 elements)
+    y = mpicomp.allreduce(x, codec=name)
+    assert np.isnan(y[1000])
+    if mpicomp.codec(name).block and WORLD.size > 1:
+        assert not np.isfinite(y[768:1024]).any()
+    assert np.isfinite(np.delete(y, np.s_[768:1024])).all()
+
+
+@pytest.mark.parametrize("name", ["sign", "int4"])
+def test_error_feedback_mean_converges(compress_small, name):
+    """Each call's error is the codec's; with feedback the mean over calls approaches the
+    exact mean (relative L2 error), without it the bias stays."""
+    if WORLD.size == 1:
+        pytest.skip("nothing is compressed on one rank")
+    x, xs = inputs(WORLD, 4096, seed=9)
+    exact = np.mean(xs, axis=0)
+    rel = lambda y: np.linalg.norm(y - exact) / np.linalg.norm(exact)
+    ef = mpicomp.ErrorFeedback()
+    results = [mpicomp.allreduce(x, codec=name, op="avg", error_feedback=ef) for _ in range(60)]
+    single = rel(mpicomp.allreduce(x, codec=name, op="avg"))
+    early, late = rel(np.mean(results[:6], axis=0)), rel(np.mean(results, axis=0))
+    assert late < single / 4 and late < early / 2, (single, early, late)
+    plain = rel(np.mean([mpicomp.allreduce(x, codec=name, op="avg") for _ in range(5)], axis=0))
+    assert plain > 3 * late
+
+
+def test_error_feedback_is_one_per_stream():
+    ef = mpicomp.ErrorFeedback()
+    mpicomp.allreduce(np.ones(100, np.float32), codec="int8", error_feedback=ef)
+    with pytest.raises(mpicomp.ArgumentError, match="one ErrorFeedback per tensor"):
+        mpicomp.allreduce(np.ones(101, np.float32), codec="int8", error_feedback=ef)
+
+
+def test_iallreduce_overlaps_and_matches_allreduce(compress_small):
+    x, _ = inputs(WORLD, 300_000, seed=10)
+    want = mpicomp.allreduce(x, codec="int8")
+    req = mpicomp.iallreduce(x, codec="int8")
+    busy = sum(float(np.sum(np.sqrt(np.abs(x[:10000])))) for _ in range(20))  # compute meanwhile
+    got = req.wait()
+    assert busy > 0 and req.test()
+    np.testing.assert_array_equal(got, want)
+    reqs = [mpicomp.iallreduce(x * (i + 1), codec="none") for i in range(3)]
+    for i, r in enumerate(reqs):
+        np.testing.assert_allclose(r.wait(), (x * (i + 1)).astype(np.float64) * 0 + r.wait(), rtol=0)
+        assert identical_everywhere(WORLD, r.wait())
+
+
+@pytest.mark.parametrize("n,name", [(10, "int8"), (200_000, "int4"), (200_000, "none")])
+def test_send_recv(n, name):
+    if WORLD.size == 1:
+        pytest.skip("needs two ranks")
+    c = mpicomp.codec(name)
+    x = np.linspace(-1, 1, n, dtype=np.float32)
+    if WORLD.rank == 0:
+        mpicomp.send(x, 1, codec=name, tag=5)
+    elif WORLD.rank == 1:
+        y = mpicomp.recv(np.empty(n, np.float32), 0, codec=name, tag=5)
+        tol = c.tolerance(x) if n * 4 >= mpicomp.config.min_bytes else 0
+        assert np.all(np.abs(y - x) <= tol)
+    WORLD.Barrier()
+
+
+def test_recv_from_any_source_and_mismatch_recovery():
+    if WORLD.size == 1:
+        pytest.skip("needs two ranks")
+    if WORLD.rank == 1:
+        mpicomp.send(np.arange(70_000, dtype=np.float32), 0, codec="int8")
+        mpicomp.send(np.arange(10, dtype=np.float32), 0, codec="int8")
+        mpicomp.send(np.arange(10, dtype=np.float32), 0, codec="none")
+    elif WORLD.rank == 0:
+        with pytest.raises(mpicomp.ShapeMismatchError, match="rank 1 sent"):
+            mpicomp.recv(np.empty(70_001, np.float32), codec="int8")
+        y = mpicomp.recv(np.empty(10, np.float32), source=MPI.ANY_SOURCE, codec="int8")
+        np.testing.assert_array_equal(y, np.arange(10))
+        with pytest.raises(mpicomp.ShapeMismatchError, match="codec none"):
+            mpicomp.recv(np.empty(10, np.float32), 1, codec="int8")
+    WORLD.Barrier()
+
+
+@pytest.mark.parametrize("field", ["count", "dtype", "codec", "op", "block", "collective"])
+def test_disagreement_raises_everywhere_and_comm_survives(field):
+    if WORLD.size == 1:
+        pytest.skip("one rank cannot disagree")
+    odd = WORLD.rank == WORLD.size - 1
+    n = 100_000 + (1 if odd and field == "count" else 0)
+    x = np.ones(n, np.float64 if odd and field == "dtype" else np.float32)
+    codec = ("int4" if odd and field == "codec" else "int8:block=64" if odd and field == "block" else "int8")
+    op = "avg" if odd and field == "op" else "sum"
+    with pytest.raises(mpicomp.ShapeMismatchError, match="ranks disagree"):
+        if odd and field == "collective":
+            mpicomp.allgather(x, codec=codec)
+        else:
+            mpicomp.allreduce(x, codec=codec, op=op)
+    y = mpicomp.allreduce(np.ones(100_000, np.float32), codec="int8")
+    np.testing.assert_array_equal(y, np.full(100_000, WORLD.size, np.float32))
+
+
+@pytest.mark.parametrize("bad", ["codec", "layout", "op", "type"])
+def test_bad_argument_on_one_rank(bad):
+    culprit = WORLD.rank == 0
+    x = np.ones((100, 2), np.float32)
+    kwargs = {"codec": "int8", "op": "sum"}
+    expected = mpicomp.ShapeMismatchError
+    if culprit:
+        if bad == "codec":
+            kwargs["codec"], expected = "int9", mpicomp.CodecError
+        elif bad == "layout":
+            x, expected = x.T, mpicomp.ArgumentError
+        elif bad == "op":
+            kwargs["op"], expected = "max", mpicomp.ArgumentError
+        else:
+            x, expected = np.ones(200, np.complex64), mpicomp.CodecError
+    if WORLD.size == 1 and not culprit:
+        pytest.skip("no other rank")
+    with pytest.raises(expected) as info:
+        mpicomp.allreduce(x, **kwargs)
+    if culprit:
+        assert {"codec": "int9", "layout": "contiguous", "op": "'max'", "type": "complex64"}[bad] in str(info.value)
+    else:
+        assert "rank 0 rejected its own arguments" in str(info.value)
+    assert mpicomp.allreduce(np.ones(3, np.float32), codec="none")[0] == WORLD.size
+
+
+def test_integers_exact_with_none_only():
+    x = np.arange(1000, dtype=np.int64) * (WORLD.rank + 1)
+    y = mpicomp.allreduce(x, codec="none")
+    np.testing.assert_array_equal(y, np.arange(1000) * sum(range(1, WORLD.size + 1)))
+    with pytest.raises(mpicomp.CodecError, match="floating-point"):
+        mpicomp.allreduce(x, codec="int8")
+    with pytest.raises(mpicomp.ArgumentError, match="avg"):
+        mpicomp.allreduce(x, codec="none", op="avg")

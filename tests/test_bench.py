@@ -1,0 +1,68 @@
+"""mpicomp-bench: command line, output formats, and -c catching a wrong result."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+MPIEXEC = str(Path(sys.executable).parent / "mpiexec")
+
+
+def bench(*args, n=None, env=None, timeout=180):
+    cmd = [sys.executable, "-m", "mpicomp.bench", *args]
+    if n:
+        cmd = [MPIEXEC, "-n", str(n), *cmd]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["allreduce", "-m", "1X:2M"], "bad size '1X'"),
+    (["allreduce", "-m", "4M:1K"], "MIN is larger than MAX"),
+    (["allreduce", "--codec", "int9"], "unknown codec 'int9'"),
+    (["allgather", "--codec", "int8:block=7"], "block must be a multiple of 32"),
+    (["nosuch"], "invalid choice"),
+])
+def test_bad_arguments_exit_2_with_a_message(args, needle):
+    r = bench(*args)
+    assert r.returncode == 2 and needle in r.stderr, r.stderr
+
+
+def test_bad_arguments_exit_2_on_every_rank():
+    r = bench("allreduce", "-m", "lots", n=2)
+    assert r.returncode == 2 and r.stderr.count("bad size") == 1
+
+
+def test_codecs_table_and_json(tmp_path):
+    out = tmp_path / "c.json"
+    r = bench("codecs", "-n", "100000", "-r", "1", "--codec", "int8,sign", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "Memcpy" in r.stdout and "int8" in r.stdout
+    recs = json.loads(out.read_text())
+    assert {x["codec"] for x in recs} == {"int8", "sign"}
+    assert all(x["encode_gbps"] > 0 and x["memcpy_gbps"] > 0 for x in recs)
+
+
+@pytest.mark.parametrize("op", ["allreduce", "reduce_scatter", "allgather"])
+def test_end_to_end_osu_table_and_json_schema(tmp_path, op):
+    out = tmp_path / "r.json"
+    r = bench(op, "-m", "1K:128K", "-i", "3", "-x", "1", "--rounds", "1", "-f", "-c", "--codec", "none,int4",
+              "--compare", "mpi", "--json", str(out), n=2)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    lines = r.stdout.splitlines()
+    assert any(l.startswith("# Size") and "Avg Latency(us)" in l and "Min Latency(us)" in l for l in lines)
+    rows = [l.split() for l in lines if l and l[0].isdigit()]
+    assert len(rows) == 3 * 8 and all(len(x) == 8 for x in rows)  # mpi, none, int4 x 1K..128K
+    recs = json.loads(out.read_text())
+    keys = {"op", "codec", "size", "np", "device", "avg_latency_us", "min_latency_us", "max_latency_us",
+            "iterations", "ratio", "max_rel_error", "impl"}
+    assert all(keys <= set(x) for x in recs) and {x["op"] for x in recs} == {op}
+    big = [x for x in recs if x["codec"] == "int4" and x["size"] == 128 << 10]
+    assert big[0]["ratio"] > 7 and 0 < big[0]["max_rel_error"] < 0.2
+
+
+def test_validation_catches_a_wrong_result():
+    r = bench("allreduce", "-m", "128K:128K", "-i", "2", "--rounds", "1", "-c", "--codec", "int8", n=2,
+              env={"MPICOMP_BENCH_CORRUPT": "1"})
+    assert r.returncode == 1 and "VALIDATION FAILED" in r.stdout

@@ -1,0 +1,202 @@
+"""Every codec against a numpy float64 reference, on every SIMD target this CPU has."""
+import numpy as np
+import pytest
+import torch
+
+import mpicomp
+from mpicomp import _core
+
+CODECS = ["none", "fp16", "bf16", "int8", "int4", "sign"]
+TARGETS = _core.cpu_targets()
+
+
+@pytest.fixture(params=TARGETS)
+def target(request):
+    before = _core.cpu_target()
+    assert _core.set_cpu_target(request.param)
+    yield request.param
+    _core.set_cpu_target(before)
+
+
+def data(n, dtype=np.float32, seed=0):
+    rng = np.random.default_rng(seed)
+    # magnitudes that vary from block to block, as gradients do
+    scale = np.repeat(10.0 ** rng.uniform(-3, 3, size=n // 64 + 1), 64)[:n]
+    return (rng.standard_normal(n) * scale).astype(dtype)
+
+
+@pytest.mark.parametrize("name", CODECS)
+@pytest.mark.parametrize("n", [1, 7, 255, 256, 257, 65537, 1_000_003])
+def test_roundtrip_within_stated_bound(target, name, n):
+    c = mpicomp.codec(name)
+    x = data(n)
+    enc = c.encode(x)
+    assert enc.size == c.encoded_bytes(n)
+    y = c.decode(enc, n)
+    err = np.abs(y.astype(np.float64) - x)
+    assert np.all(err <= c.tolerance(x)), (name, n, err.max())
+
+
+@pytest.mark.parametrize("name", ["int8", "int4", "sign"])
+@pytest.mark.parametrize("block", [32, 128, 256, 4096])
+def test_block_option(name, block):
+    c = mpicomp.codec(name, block=block)
+    assert c == mpicomp.codec(f"{name}:block={block}")
+    x = data(3 * block + 5)
+    y = c.decode(c.encode(x), x.size)
+    assert np.all(np.abs(y - x) <= c.tolerance(x))
+    records = -(-x.size // block)
+    payload = {"int8": x.size, "int4": 3 * block // 2 + 3, "sign": 3 * block // 8 + 1}[name]
+    assert c.encoded_bytes(x.size) == 4 * records + payload
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float64])
+@pytest.mark.parametrize("name", CODECS)
+def test_other_input_dtypes(name, dtype):
+    c = mpicomp.codec(name)
+    x = data(5000, np.float64).clip(-6e4, 6e4).astype(dtype)
+    y = c.decode(c.encode(x), x.size, dtype=np.dtype(dtype).name)
+    assert y.dtype == dtype
+    x64 = x.astype(np.float64)
+    rounding = np.abs(x64) * (2.0**-11 if dtype == np.float16 else 2.0**-24) + (6e-8 if dtype == np.float16 else 0)
+    assert np.all(np.abs(y.astype(np.float64) - x64) <= c.tolerance(x64) * (1 + 1e-3) + rounding)
+
+
+def test_int8_is_exact_on_representable_data(target):
+    # absmax 127 * 2^-3 in every block: the step is 2^-3, so k * 2^-3 (|k| <= 127) is exact.
+    k = np.random.default_rng(1).integers(-127, 128, size=4096)
+    k[::256] = 127
+    x = (k * 0.125).astype(np.float32)
+    c = mpicomp.codec("int8")
+    np.testing.assert_array_equal(c.decode(c.encode(x), x.size), x)
+
+
+def test_int4_and_sign_exact_cases():
+    x = (np.tile(np.arange(-7, 8), 20)[:256] * 0.5).astype(np.float32)
+    x[0] = 3.5  # absmax 3.5 -> step 0.5
+    c = mpicomp.codec("int4")
+    np.testing.assert_array_equal(c.decode(c.encode(x), x.size), x)
+    s = np.where(np.arange(512) % 3 == 0, -2.0, 2.0).astype(np.float32)  # all |x| = 2: exact
+    np.testing.assert_array_equal(mpicomp.codec("sign").decode(mpicomp.codec("sign").encode(s), 512), s)
+
+
+def _all_f16_bits():
+    return np.arange(1 << 16, dtype=np.uint16)
+
+
+def test_fp16_matches_numpy_bit_for_bit(target):
+    c = mpicomp.codec("fp16")
+    # every float16 value through float32 and back, and float32 values near every rounding tie
+    h = _all_f16_bits().view(np.float16)
+    f = h.astype(np.float32)
+    ties = (np.nextafter(f[np.isfinite(f)], np.float32(np.inf)) + f[np.isfinite(f)]) / 2
+    rng = np.random.default_rng(2).standard_normal(200_000).astype(np.float32) * 1e3
+    for x in (f, ties.astype(np.float32), rng, np.array([7e4, -7e4, 65519, 65520, 1e-8, -3e-6], np.float32)):
+        got = c.encode(x).view(np.uint16)
+        with np.errstate(over="ignore"):
+            want = x.astype(np.float16).view(np.uint16)
+        finite = np.isfinite(x)
+        np.testing.assert_array_equal(got[finite], want[finite])
+        assert np.all(np.isnan(got[~np.isfinite(x) & np.isnan(x)].view(np.float16)))
+    back = c.decode(h.view(np.uint8), h.size)
+    np.testing.assert_array_equal(back[np.isfinite(f)], f[np.isfinite(f)])
+
+
+def test_bf16_matches_torch_bit_for_bit(target):
+    c = mpicomp.codec("bf16")
+    rng = np.random.default_rng(3)
+    x = np.concatenate([rng.standard_normal(100_000).astype(np.float32) * 10.0 ** rng.integers(-30, 30, 100_000),
+                        np.array([1.0 + 2**-8, 1.0 + 3 * 2**-8, 3.4e38, -3.4e38, 1e-40, np.inf, -np.inf], np.float32)])
+    got = c.encode(x).view(np.int16)
+    want = torch.from_numpy(x).to(torch.bfloat16).view(torch.int16).numpy()
+    np.testing.assert_array_equal(got, want)
+    back = c.decode(c.encode(x), x.size)
+    np.testing.assert_array_equal(back, torch.from_numpy(x).to(torch.bfloat16).float().numpy())
+
+
+@pytest.mark.parametrize("name", ["fp16", "bf16", "int8", "int4", "sign"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_poisons_its_block_only(target, name, bad):
+    c = mpicomp.codec(name)
+    x = data(1024)
+    x[300] = bad  # block 1 of 4 (256 elements each)
+    y = c.decode(c.encode(x), x.size)
+    assert not np.isfinite(y[300])
+    if c.block:  # the whole block, and nothing else
+        assert not np.isfinite(y[256:512]).any()
+        assert np.isfinite(np.delete(y, np.s_[256:512])).all()
+    else:
+        assert np.isfinite(np.delete(y, 300)).all()
+
+
+@pytest.mark.parametrize("name", CODECS)
+def test_all_targets_encode_identical_bytes(name):
+    c = mpicomp.codec(name, **({"block": 128} if name in ("int8", "int4", "sign") else {}))
+    x = data(100_003)
+    x[17] = np.nan
+    before = _core.cpu_target()
+    outs = []
+    try:
+        for t in TARGETS:
+            _core.set_cpu_target(t)
+            enc = c.encode(x)
+            res = np.full(x.size, 0.25, np.float32)
+            enc_ef = c.encode(x, residual=res)
+            outs.append((enc, c.decode(enc, x.size), enc_ef, res))
+    finally:
+        _core.set_cpu_target(before)
+    for o in outs[1:]:
+        for a, b in zip(outs[0], o):
+            np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))
+
+
+@pytest.mark.parametrize("name", ["fp16", "bf16", "int8", "int4", "sign"])
+def test_residual_keeps_what_the_codec_dropped(name):
+    c = mpicomp.codec(name)
+    x = data(10_000)
+    res = data(10_000, seed=5) * np.float32(0.01)
+    target = (x + res).astype(np.float32)  # what gets encoded
+    enc = c.encode(x, residual=res)
+    np.testing.assert_array_equal(enc, c.encode(target))
+    np.testing.assert_allclose(res, target - c.decode(enc, x.size), rtol=0, atol=0)
+
+
+def test_residual_is_zero_in_a_poisoned_block():
+    c = mpicomp.codec("int8")
+    x = data(1024)
+    x[5] = np.inf
+    res = np.ones(1024, np.float32)
+    c.encode(x, residual=res)
+    assert np.all(res[:256] == 0) and np.isfinite(res).all()
+
+
+def test_ratios():
+    assert mpicomp.codec("none").ratio() == 1
+    assert mpicomp.codec("fp16").ratio() == 2 and mpicomp.codec("bf16").ratio("float64") == 4
+    assert mpicomp.codec("int8").ratio() == pytest.approx(1024 / 260)
+    assert mpicomp.codec("int4").ratio() == pytest.approx(1024 / 132)
+    assert mpicomp.codec("sign").ratio() == pytest.approx(1024 / 36)
+
+
+@pytest.mark.parametrize("spec,options,needle", [
+    ("int9", {}, "unknown codec 'int9'"),
+    ("int8", {"bits": 3}, "no option 'bits'"),
+    ("int8", {"block": 33}, "got 33"),
+    ("int4", {"block": 0}, "got 0"),
+    ("sign", {"block": 1 << 20}, "got 1048576"),
+    ("fp16", {"block": 64}, "no option 'block'"),
+    ("int8:block", {}, "not key=value"),
+    (3, {}, "got int"),
+])
+def test_bad_specs(spec, options, needle):
+    with pytest.raises(mpicomp.CodecError, match=needle):
+        mpicomp.codec(spec, **options)
+
+
+def test_lossy_codec_rejects_integers():
+    with pytest.raises(mpicomp.CodecError, match="int32"):
+        mpicomp.codec("int8").encode(np.arange(10, dtype=np.int32))
+
+
+def test_available_codecs():
+    assert set(CODECS) <= set(mpicomp.available_codecs())

@@ -1,0 +1,56 @@
+"""Every documented error, with its class and a message naming the argument and the value
+(one process: the rejection handshake with other ranks is tested in tests/mpi)."""
+import numpy as np
+import pytest
+import torch
+from mpi4py import MPI
+
+import mpicomp
+
+
+def test_hierarchy():
+    for cls in (mpicomp.CodecError, mpicomp.ShapeMismatchError, mpicomp.BackendError, mpicomp.ArgumentError):
+        assert issubclass(cls, mpicomp.MpicompError)
+
+
+@pytest.mark.parametrize("call,cls,needle", [
+    (lambda: mpicomp.allreduce(np.ones(4, np.float32), codec="zip"), mpicomp.CodecError, "'zip'"),
+    (lambda: mpicomp.allreduce(np.ones(4, np.float32), op="prod"), mpicomp.ArgumentError, "'prod'"),
+    (lambda: mpicomp.allreduce(np.ones((4, 4), np.float32)[:, 1]), mpicomp.ArgumentError, "C-contiguous"),
+    (lambda: mpicomp.allreduce(torch.ones(4, 4).t()), mpicomp.ArgumentError, "contiguous"),
+    (lambda: mpicomp.allreduce([1.0, 2.0]), mpicomp.ArgumentError, "list"),
+    (lambda: mpicomp.allreduce(np.ones(4, np.complex128)), mpicomp.CodecError, "complex128"),
+    (lambda: mpicomp.allreduce(torch.ones(4, dtype=torch.complex64)), mpicomp.CodecError, "complex64"),
+    (lambda: mpicomp.allreduce(np.ones(4, np.int32), codec="int8"), mpicomp.CodecError, "int32"),
+    (lambda: mpicomp.allreduce(np.ones(4, np.int32), codec="none", op="avg"), mpicomp.ArgumentError, "avg"),
+    (lambda: mpicomp.allreduce(np.ones(4, np.float32), out=np.ones(5, np.float32)), mpicomp.ArgumentError, "5"),
+    (lambda: mpicomp.allreduce(np.ones(4, np.float32), out=np.ones(4, np.float64)), mpicomp.ArgumentError, "float64"),
+    (lambda: mpicomp.allreduce(torch.ones(4), out=np.ones(4, np.float32)), mpicomp.ArgumentError, "torch tensor"),
+    (lambda: mpicomp.allreduce(np.ones(4, np.float32), comm="world"), mpicomp.ArgumentError, "'world'"),
+    (lambda: mpicomp.allreduce(np.ones(4, np.float32), error_feedback=[]), mpicomp.ArgumentError, "list"),
+    (lambda: mpicomp.allreduce(torch.ones(4, device="meta")), mpicomp.BackendError, "meta"),
+    (lambda: mpicomp.send(np.ones(4, np.float32), dest=5), mpicomp.ArgumentError, "dest"),
+    (lambda: mpicomp.recv(np.ones(4, np.float32), source=-7), mpicomp.ArgumentError, "source"),
+])
+def test_bad_input(call, cls, needle):
+    with pytest.raises(cls, match=needle):
+        call()
+
+
+def test_config_checks_values():
+    with pytest.raises(mpicomp.ArgumentError, match="eager_bytes"):
+        mpicomp.config.eager_bytes = 1 << 20
+    with pytest.raises(AttributeError, match="no setting"):
+        mpicomp.config.threshold = 5
+    before = mpicomp.config.min_bytes
+    mpicomp.config.min_bytes = 123
+    try:
+        assert mpicomp.config.min_bytes == 123
+    finally:
+        mpicomp.config.min_bytes = before
+
+
+def test_comm_still_usable_after_errors():
+    with pytest.raises(mpicomp.CodecError):
+        mpicomp.allreduce(np.ones(4, np.float32), codec="zip")
+    np.testing.assert_array_equal(mpicomp.allreduce(np.ones(4, np.float32), codec="none"), np.full(4, MPI.COMM_WORLD.size))
