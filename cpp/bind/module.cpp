@@ -14,6 +14,10 @@
 namespace py = pybind11;
 using namespace mpicomp;
 
+#ifdef MPICOMP_WITH_CUDA
+void bind_cuda(py::module_& m);  // cuda.cpp
+#endif
+
 namespace {
 
 MPI_Comm comm_of(py::handle obj) {
@@ -235,6 +239,12 @@ PYBIND11_MODULE(_core, m) {
     py::gil_scoped_release nogil;
     reject(c, Coll(coll));
   });
+
+#ifdef MPICOMP_WITH_CUDA
+  bind_cuda(m);
+#else
+  m.def("cuda_available", [] { return false; }, "True when a CUDA device is usable (never: built without CUDA)");
+#endif
 
   m.def("get_config", [] {
     Config c = config();

@@ -19,12 +19,13 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <cmath>
+#include <cstring>
+
 #if defined(__CUDACC__)
 #define MPICOMP_HD __host__ __device__ __forceinline__
 #else
 #define MPICOMP_HD inline
-#include <cmath>
-#include <cstring>
 #endif
 
 namespace mpicomp {

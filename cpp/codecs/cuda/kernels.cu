@@ -1,0 +1,179 @@
+// CUDA kernels of the codecs. Blockwise encoding gives each record (codec block) to one warp:
+// lane j handles elements j, j + 32, j + 64, ..., which is the lane order format.h fixes for
+// the sign codec's abs-sum, so every result is bit-identical to the CPU's (nvcc --fmad=false
+// matches the CPU's -ffp-contract=off). Decoding is one thread per element.
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "../../core/errors.h"
+#include "codec_cuda.h"
+
+namespace mpicomp::cuda {
+namespace {
+
+constexpr unsigned kFull = 0xffffffffu;
+constexpr int kThreads = 256;
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw Error(ErrorKind::backend, std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+__device__ __forceinline__ float warp_absmax(float m) {
+  for (int off = 16; off > 0; off >>= 1) m = absmax_step(m, __shfl_xor_sync(kFull, m, off));
+  return m;
+}
+
+// The lane partial sums folded in fold_lanes' order (shuffle-down tree), then broadcast.
+__device__ __forceinline__ float warp_fold(float p) {
+  for (int off = 16; off > 0; off >>= 1) p += __shfl_down_sync(kFull, p, off);
+  return __shfl_sync(kFull, p, 0);
+}
+
+__device__ __forceinline__ float input(const void* x, DType t, const float* res, size_t i) {
+  float v = load_f32(x, t, i);
+  return res ? v + res[i] : v;  // not v + 0.f: that turns -0 into +0, as on the CPU
+}
+
+template <CodecId C>
+__global__ void encode_blocks(uint32_t B, DType t, const void* x, size_t n, float* res, uint8_t* out) {
+  const size_t rec_id = (size_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const unsigned lane = threadIdx.x & 31;
+  const size_t off = rec_id * B;
+  if (off >= n) return;  // whole warps leave together
+  const size_t len = n - off < B ? n - off : B;
+  uint8_t* rec = out + rec_id * record_bytes(C, B);
+  uint8_t* payload = rec + kScaleBytes;
+
+  float acc = 0.f;
+  for (size_t i = lane; i < len; i += 32) {
+    float v = input(x, t, res, off + i);
+    acc = C == CodecId::sign ? acc + fabsf(v) : absmax_step(acc, v);
+  }
+  float s, inv = 0.f;
+  if (C == CodecId::sign) {
+    s = sign_scale(warp_fold(acc), len);
+  } else {
+    float am = warp_absmax(acc);
+    s = int_scale(C, am);
+    inv = int_inv_scale(C, am);
+  }
+  if (lane == 0) *reinterpret_cast<float*>(rec) = s;
+  const bool poisoned = s != s;
+
+  for (size_t row = 0; row < len; row += 32) {  // every lane runs every row (shuffles)
+    const size_t i = row + lane;
+    const bool valid = i < len;
+    float v = valid ? input(x, t, res, off + i) : 0.f;
+    float d;
+    if (C == CodecId::sign) {
+      bool neg = valid && sign_bit(v);
+      unsigned bits = __ballot_sync(kFull, neg);
+      d = sign_value(neg, s);
+      size_t nbytes = (len - row) >= 32 ? 4 : (len - row + 7) / 8;
+      if (lane < nbytes) payload[row / 8 + lane] = uint8_t(bits >> (8 * lane));
+    } else {
+      int q = valid ? quantize(v, inv, qmax(C)) : 0;
+      d = dequantize(q, s);
+      if (C == CodecId::int8) {
+        if (valid) payload[i] = uint8_t(int8_t(q));
+      } else {
+        int hi = __shfl_down_sync(kFull, q, 1);
+        if (valid && !(lane & 1)) payload[i / 2] = pack_nibbles(q, i + 1 < len ? hi : 0);
+      }
+    }
+    if (res && valid) res[off + i] = poisoned ? 0.f : v - d;
+  }
+}
+
+template <CodecId C>
+__global__ void encode_half(DType t, const void* x, size_t n, float* res, uint16_t* out) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    float v = input(x, t, res, i);
+    uint16_t h = C == CodecId::fp16 ? f32_to_f16(v) : f32_to_bf16(v);
+    out[i] = h;
+    if (res) {
+      float r = v - (C == CodecId::fp16 ? f16_to_f32(h) : bf16_to_f32(h));
+      res[i] = r == r && fabsf(r) <= 3.402823466e+38f ? r : 0.f;
+    }
+  }
+}
+
+// Element i of an encoded stream.
+__device__ __forceinline__ float element(Spec s, DType t, const uint8_t* in, size_t i) {
+  switch (s.id) {
+    case CodecId::none: return load_f32(in, t, i);
+    case CodecId::fp16: return f16_to_f32(reinterpret_cast<const uint16_t*>(in)[i]);
+    case CodecId::bf16: return bf16_to_f32(reinterpret_cast<const uint16_t*>(in)[i]);
+    default: {
+      size_t k = i / s.block, j = i - k * s.block;
+      const uint8_t* rec = in + k * record_bytes(s.id, s.block);
+      float scale = *reinterpret_cast<const float*>(rec);
+      const uint8_t* p = rec + kScaleBytes;
+      if (s.id == CodecId::int8) return dequantize(int8_t(p[j]), scale);
+      if (s.id == CodecId::int4) return dequantize((j & 1) ? nibble_hi(p[j / 2]) : nibble_lo(p[j / 2]), scale);
+      return sign_value((p[j / 8] >> (j % 8)) & 1u, scale);
+    }
+  }
+}
+
+__global__ void decode_kernel(Spec s, DType t, const uint8_t* in, size_t n, float scale, void* y) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    store_f32(y, t, i, element(s, t, in, i) * scale);
+}
+
+__global__ void accumulate_kernel(Spec s, DType t, const uint8_t* in, size_t n, float* acc) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    acc[i] += element(s, t, in, i);
+}
+
+unsigned grid_for(size_t threads) {
+  size_t g = (threads + kThreads - 1) / kThreads;
+  return unsigned(g < (1u << 20) ? (g ? g : 1) : (1u << 20));  // grid-stride loops cover the rest
+}
+
+}  // namespace
+
+bool available() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // no driver or no device: not an error for later calls
+    return false;
+  }
+  return count > 0;
+}
+
+void encode(Spec s, DType t, const void* x, size_t n, float* res, uint8_t* out, void* stream) {
+  if (n == 0) return;
+  cudaStream_t st = static_cast<cudaStream_t>(stream);
+  size_t warps = (n + s.block - 1) / (s.block ? s.block : 1);
+  unsigned g = unsigned((warps * 32 + kThreads - 1) / kThreads);
+  switch (s.id) {
+    case CodecId::none: check(cudaMemcpyAsync(out, x, n * dtype_size(t), cudaMemcpyDeviceToDevice, st), "encode"); return;
+    case CodecId::fp16: encode_half<CodecId::fp16><<<grid_for(n), kThreads, 0, st>>>(t, x, n, res, reinterpret_cast<uint16_t*>(out)); break;
+    case CodecId::bf16: encode_half<CodecId::bf16><<<grid_for(n), kThreads, 0, st>>>(t, x, n, res, reinterpret_cast<uint16_t*>(out)); break;
+    case CodecId::int8: encode_blocks<CodecId::int8><<<g, kThreads, 0, st>>>(s.block, t, x, n, res, out); break;
+    case CodecId::int4: encode_blocks<CodecId::int4><<<g, kThreads, 0, st>>>(s.block, t, x, n, res, out); break;
+    case CodecId::sign: encode_blocks<CodecId::sign><<<g, kThreads, 0, st>>>(s.block, t, x, n, res, out); break;
+  }
+  check(cudaGetLastError(), "encode kernel launch");
+}
+
+void decode(Spec s, DType t, const uint8_t* in, size_t n, float scale, void* y, void* stream) {
+  if (n == 0) return;
+  cudaStream_t st = static_cast<cudaStream_t>(stream);
+  if (s.id == CodecId::none && scale == 1.f) {
+    check(cudaMemcpyAsync(y, in, n * dtype_size(t), cudaMemcpyDeviceToDevice, st), "decode");
+    return;
+  }
+  decode_kernel<<<grid_for(n), kThreads, 0, st>>>(s, t, in, n, scale, y);
+  check(cudaGetLastError(), "decode kernel launch");
+}
+
+void decode_accumulate(Spec s, DType t, const uint8_t* in, size_t n, float* acc, void* stream) {
+  if (n == 0) return;
+  accumulate_kernel<<<grid_for(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(s, t, in, n, acc);
+  check(cudaGetLastError(), "decode_accumulate kernel launch");
+}
+
+}  // namespace mpicomp::cuda
