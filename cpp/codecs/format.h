@@ -149,8 +149,8 @@ MPICOMP_HD int quantize(float x, float inv, int q) {
 }
 MPICOMP_HD float dequantize(int q, float scale) { return float(q) * scale; }
 MPICOMP_HD uint8_t pack_nibbles(int lo, int hi) { return uint8_t((lo & 0xf) | ((hi & 0xf) << 4)); }
-MPICOMP_HD int nibble_lo(uint8_t b) { return int(int8_t(uint8_t(b << 4))) >> 4; }
-MPICOMP_HD int nibble_hi(uint8_t b) { return int(int8_t(b)) >> 4; }
+MPICOMP_HD constexpr int nibble_lo(uint8_t b) { return int(int8_t(uint8_t(b << 4))) >> 4; }
+MPICOMP_HD constexpr int nibble_hi(uint8_t b) { return int(int8_t(b)) >> 4; }
 
 // sign codec: x ~ sign(x) * mean(|x|) over the block. The mean's summation order is fixed so
 // CPU and GPU agree to the bit: lane j (0..31) sums |x[32 i + j]| for i = 0, 1, ... in order,

@@ -56,10 +56,11 @@ def test_gpu_encodes_the_cpu_bytes_and_decodes_them_alike(name, dtype, n):
     gpu_bytes = gpu_encode(c, x.cuda())
     assert torch.equal(gpu_bytes.cpu(), cpu_bytes)
     # decode the CPU's bytes on the GPU, and the GPU's on the CPU
+    cpu_bytes_on_gpu, gpu_bytes_on_cpu = cpu_bytes.cuda(), gpu_bytes.cpu()  # kept alive while in use
     y_gpu = torch.empty(n, dtype=TORCH[dtype], device="cuda")
-    _core.cuda_decode(c.id, c.block, IDS[dtype], cpu_bytes.cuda().data_ptr(), n, 0.5, y_gpu.data_ptr(), stream())
+    _core.cuda_decode(c.id, c.block, IDS[dtype], cpu_bytes_on_gpu.data_ptr(), n, 0.5, y_gpu.data_ptr(), stream())
     y_cpu = torch.empty(n, dtype=TORCH[dtype])
-    _core.decode(c.id, c.block, IDS[dtype], gpu_bytes.cpu().data_ptr(), n, 0.5, y_cpu.data_ptr())
+    _core.decode(c.id, c.block, IDS[dtype], gpu_bytes_on_cpu.data_ptr(), n, 0.5, y_cpu.data_ptr())
     torch.cuda.synchronize()
     assert torch.equal(y_gpu.cpu().view(torch.uint8), y_cpu.view(torch.uint8))
     acc_gpu = torch.ones(n, device="cuda")
