@@ -92,7 +92,9 @@ MPICOMP_HD float bits_f32(uint32_t u) {
 
 MPICOMP_HD uint16_t f32_to_bf16(float f) {
   uint32_t u = f32_bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40u);  // quiet NaN
+  // One NaN for all NaNs: the GPU's arithmetic does not keep NaN payloads or signs as the
+  // CPU's does, and the encoded bytes must not depend on where they were made.
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u;
   u += 0x7fffu + ((u >> 16) & 1u);
   return uint16_t(u >> 16);
 }
@@ -102,7 +104,7 @@ MPICOMP_HD uint16_t f32_to_f16(float f) {
   uint32_t u = f32_bits(f);
   uint32_t sign = (u >> 16) & 0x8000u;
   uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return uint16_t(sign | 0x7e00u);          // NaN
+  if (a > 0x7f800000u) return 0x7e00u;                           // NaN: one for all (see bf16)
   if (a >= 0x477ff000u) return uint16_t(sign | 0x7c00u);         // rounds to >= 65520: Inf
   if (a < 0x38800000u) {                                         // subnormal or zero in f16
     // Adding 0.5 (2^-1) aligns the f16 subnormal grid (2^-24) with float's last mantissa
