@@ -108,8 +108,15 @@ void allreduce(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   float* acc = e.scratch_f32(0, L.len(ci.rank));
   float* res = wire.id == CodecId::none ? nullptr : a.residual;
   reduce_scatter_stage(comm, ci, e, wire, a.dtype, L, x, res, acc);
-  allgather_stage(comm, ci, e, output_spec(wire, a.dtype), DType::f32, L, acc, res ? res + L.off[ci.rank] : nullptr,
-                  a.dtype, y, scale);
+  Spec out = output_spec(wire, a.dtype);
+  float out_scale = scale;
+  if (out.id != wire.id && scale != 1.f) {
+    // Uncompressed 16-bit data: divide before the one rounding to the output dtype, or an
+    // average is rounded twice (the sum to fp16/bf16, then the quotient).
+    e.store(acc, L.len(ci.rank), scale, DType::f32, acc);
+    out_scale = 1.f;
+  }
+  allgather_stage(comm, ci, e, out, DType::f32, L, acc, res ? res + L.off[ci.rank] : nullptr, a.dtype, y, out_scale);
 }
 
 void reduce_scatter(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {

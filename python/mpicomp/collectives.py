@@ -23,8 +23,9 @@ _ALLREDUCE, _REDUCE_SCATTER, _ALLGATHER = 1, 2, 3
 _OPS = {"sum": False, "avg": True}
 
 
-def _spec_args(coll, comm, codec, op):
+def _spec_args(coll, comm, codec, op, tell=None):
     """(private comm, codec, avg): the checks every call starts with."""
+    tell = tell or _tell_others
     pcomm = _comm.private(comm)
     try:
         c = _codec(codec)
@@ -32,7 +33,7 @@ def _spec_args(coll, comm, codec, op):
         if avg is None:
             raise ArgumentError(f"op must be 'sum' or 'avg', got {op!r}")
     except MpicompError as own:
-        _tell_others(pcomm, coll)
+        tell(pcomm, coll)
         raise own
     return pcomm, c, avg
 
@@ -44,11 +45,12 @@ def _tell_others(pcomm, coll):
         pass  # the others now raise ShapeMismatchError; this rank raises its own error
 
 
-def _prepare(coll, comm, x, codec, out, error_feedback, op, out_mode):
-    """Checks everything local to this rank; on failure tells the other ranks, then raises.
-    Returns (private comm, out, x address, out address, count, dtype id, codec, avg, residual
-    address)."""
-    pcomm, c, avg = _spec_args(coll, comm, codec, op)
+def _prepare(coll, comm, x, codec, out, error_feedback, op, out_mode, tell=None):
+    """Checks everything local to this rank; on failure tells the other ranks (tell(private
+    comm, coll)), then raises. Returns (private comm, out, x address, out address, count,
+    dtype id, codec, avg, residual address)."""
+    tell = tell or _tell_others
+    pcomm, c, avg = _spec_args(coll, comm, codec, op, tell)
     try:
         out, xptr, yptr, count, dt = collective_args(x, out, out_mode, pcomm.Get_size())
         _core.check_combination(dt, c.id, avg)
@@ -60,7 +62,7 @@ def _prepare(coll, comm, x, codec, out, error_feedback, op, out_mode):
             if c.id != 0:
                 rptr = error_feedback._buffer(count, x)
     except MpicompError as own:
-        _tell_others(pcomm, coll)
+        tell(pcomm, coll)
         raise own
     return pcomm, out, xptr, yptr, count, dt, c, avg, rptr
 
@@ -143,8 +145,15 @@ def iallreduce(x, comm=MPI.COMM_WORLD, codec="int8", op="sum", out=None, error_f
     returns a Request at once. All ranks must start their non-blocking collectives on comm
     in the same order; they run in that order. Arguments are checked here, before it starts."""
     acomm, executor = _comm.worker(comm)
-    # Check synchronously on the worker's communicator so a bad argument raises here.
-    pcomm, out, xptr, yptr, n, dt, c, avg, rptr = _prepare(_ALLREDUCE, acomm, x, codec, out, error_feedback, op, 0)
+
+    # A bad argument raises here, at once; the other ranks learn of it from a rejection that
+    # runs on the worker, in order: sent from this thread it could meet the agreement step
+    # of an earlier call still running there (same communicator, same tag).
+    def tell_in_order(pcomm, coll):
+        executor.submit(_tell_others, pcomm, coll)
+
+    pcomm, out, xptr, yptr, n, dt, c, avg, rptr = _prepare(_ALLREDUCE, acomm, x, codec, out, error_feedback, op, 0,
+                                                           tell_in_order)
 
     def run():
         _core.allreduce(pcomm, xptr, yptr, n, dt, c.id, c.block, avg, rptr)

@@ -3,10 +3,12 @@
 A rank whose test fails aborts the whole job: otherwise the other ranks would wait in the
 next collective until the outer timeout."""
 import sys
-import traceback
+from pathlib import Path
 
 import pytest
 from mpi4py import MPI
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/_reference.py
 
 
 def pytest_runtest_logreport(report):
