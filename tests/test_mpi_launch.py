@@ -1,4 +1,4 @@
-"""The multi-rank tests (tests/mpi, tests/torch/mpi) under a real mpiexec with 2 and 3 ranks,
+"""The multi-rank tests (tests/mpi) under a real mpiexec with 2 and 3 ranks,
 each with a timeout so that a hang fails instead of blocking."""
 import os
 import subprocess
