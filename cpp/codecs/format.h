@@ -134,6 +134,10 @@ MPICOMP_HD float absmax_step(float m, float x) {
   return (a > m || a != a) ? a : m;
 }
 MPICOMP_HD bool absmax_bad(float m) { return !(m <= 3.402823466e+38f); }  // NaN or Inf
+// |x| as an ordered integer: for non-negative floats integer order is float order and every
+// NaN pattern lies above +Inf, so the largest abs_bits of a block is its absmax_step result
+// (a NaN when it holds one) in one integer max per element.
+MPICOMP_HD uint32_t abs_bits(float x) { return f32_bits(x) & 0x7fffffffu; }
 
 // The record's scale: what one quantisation step of magnitude qmax decodes to.
 MPICOMP_HD float int_scale(CodecId c, float absmax) {
@@ -143,11 +147,16 @@ MPICOMP_HD float int_scale(CodecId c, float absmax) {
 MPICOMP_HD float int_inv_scale(CodecId c, float absmax) {
   return (absmax > 0.f && !absmax_bad(absmax)) ? float(qmax(c)) / absmax : 0.f;
 }
+// Quantisation of a finite x with a finite multiplier (every element of a block whose
+// absmax is finite): no NaN can arise, so the CPU loops need no NaN test per element.
+MPICOMP_HD int quantize_finite(float x, float inv, int q) {
+  int y = int(rintf(x * inv));  // round half to even, on the host and on the GPU
+  return y > q ? q : y < -q ? -q : y;  // integer clamp: vectorises as min / max
+}
+// Any x: a poisoned block (inv = 0) quantises to 0 everywhere, Inf * 0 included.
 MPICOMP_HD int quantize(float x, float inv, int q) {
-  float y = rintf(x * inv);  // round half to even, on the host and on the GPU
-  y = y > float(q) ? float(q) : y;
-  y = y < -float(q) ? -float(q) : y;
-  return int(y == y ? y : 0.f);
+  float y = x * inv;
+  return y == y ? quantize_finite(x, inv, q) : 0;
 }
 MPICOMP_HD float dequantize(int q, float scale) { return float(q) * scale; }
 MPICOMP_HD uint8_t pack_nibbles(int lo, int hi) { return uint8_t((lo & 0xf) | ((hi & 0xf) << 4)); }
