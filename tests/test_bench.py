@@ -66,3 +66,40 @@ def test_validation_catches_a_wrong_result():
     r = bench("allreduce", "-m", "128K:128K", "-i", "2", "--rounds", "1", "-c", "--codec", "int8", n=2,
               env={"MPICOMP_BENCH_CORRUPT": "1"})
     assert r.returncode == 1 and "VALIDATION FAILED" in r.stdout
+
+
+def test_pt2pt_table_json_and_validation(tmp_path):
+    out = tmp_path / "p.json"
+    r = bench("pt2pt", "-m", "1K:128K", "-i", "4", "--rounds", "1", "-c", "--codec", "none,int8", "--compare", "mpi",
+              "--json", str(out), n=2)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "Bandwidth (MB/s)" in r.stdout and "# mpi (the MPI library's Send/Recv)" in r.stdout
+    recs = json.loads(out.read_text())
+    assert {(x["impl"], x["codec"]) for x in recs} == {("mpi", "none"), ("mpicomp", "none"), ("mpicomp", "int8")}
+    assert len(recs) == 3 * 8 and all(x["bandwidth_mbps"] > 0 and x["link"] == "local" for x in recs)
+    big = next(x for x in recs if x["codec"] == "int8" and x["size"] == 128 << 10)
+    assert big["ratio"] > 3.9 and 0 < big["max_rel_error"] < 0.01
+    exact = [x for x in recs if x["impl"] == "mpicomp" and x["codec"] == "none"]
+    assert all(x["max_rel_error"] == 0 for x in exact)
+    bad = bench("pt2pt", "-m", "128K:128K", "-i", "2", "--rounds", "1", "-c", "--codec", "int8", n=2,
+                env={"MPICOMP_BENCH_CORRUPT": "1"})
+    assert bad.returncode == 1 and "VALIDATION FAILED" in bad.stdout
+
+
+def test_pt2pt_needs_two_ranks():
+    r = bench("pt2pt", "-m", "1K:1K")
+    assert r.returncode == 2 and "needs at least 2 ranks" in r.stdout
+
+
+def test_plot_draws_a_png_from_results(tmp_path):
+    recs = [dict(op="allreduce", impl=impl, codec=codec, size=s, np=2, link="1gbit", avg_latency_us=t * s / 1024)
+            for impl, codec, t in (("mpi", "none", 4.0), ("mpicomp", "none", 4.1), ("mpicomp", "int8", 1.0))
+            for s in (1024, 2048, 4096)]
+    (tmp_path / "r.json").write_text(json.dumps(recs))
+    fig = tmp_path / "fig.png"
+    r = bench("plot", str(tmp_path / "r.json"), "-o", str(fig))
+    assert r.returncode == 0, r.stderr
+    assert fig.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and fig.stat().st_size > 10_000
+    (tmp_path / "empty.json").write_text("[]")
+    r = bench("plot", str(tmp_path / "empty.json"), "-o", str(fig))
+    assert r.returncode != 0 and "no latency records" in r.stderr

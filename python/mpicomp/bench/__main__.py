@@ -3,6 +3,8 @@
     mpicomp-bench codecs                       # codec GB/s on one core vs memcpy
     mpiexec -n 2 mpicomp-bench allreduce -m 1K:64M --codec none,int8,int4 --compare mpi,gloo -c
     mpiexec -n 2 mpicomp-bench allgather ... / reduce_scatter ...
+    mpiexec -n 2 mpicomp-bench pt2pt -m 1K:16M --codec none,int8 --compare mpi
+    mpicomp-bench plot results.json [more.json ...] -o fig.png
 """
 import argparse
 import sys
@@ -30,6 +32,12 @@ def parser():
         add_common(s)
         s.add_argument("--compare", default="", metavar="mpi,gloo",
                        help="also time the MPI library's own collective and/or torch gloo's")
+    s = sub.add_parser("pt2pt", help="compressed send/recv latency and bandwidth, ranks 0 and 1 (under mpiexec)")
+    add_common(s)
+    s.add_argument("--compare", default="", metavar="mpi", help="also time the MPI library's own Send/Recv")
+    g = sub.add_parser("plot", help="latency and speed-up plots from --json results (matplotlib)")
+    g.add_argument("results", nargs="+", metavar="RESULTS.json")
+    g.add_argument("-o", "--output", required=True, metavar="FIG.png")
     c = sub.add_parser("codecs", help="codec throughput on one core vs memcpy (one process)")
     c.add_argument("--codec", dest="codecs", type=codec_list, default=None, metavar="SPEC[,SPEC...]")
     c.add_argument("-n", "--elements", type=int, default=16 << 20, help="float32 elements (default 16 Mi)")
@@ -41,10 +49,10 @@ def parser():
 
 def main(argv=None):
     args = parser().parse_args(argv)
-    if args.command == "codecs":
-        from . import codecs
+    if args.command in ("codecs", "pt2pt", "plot"):
+        import importlib
 
-        return codecs.run(args)
+        return importlib.import_module(f".{args.command}", __package__).run(args)
     from . import collectives
 
     return collectives.run(args)

@@ -143,7 +143,7 @@ def run(args, comm=MPI.COMM_WORLD):
                 exact = op.exact(xs, rank, p)
             for (kind, what), (avg, lo, hi) in best.items():
                 rec = dict(op=op.name, impl=what if kind == "peer" else "mpicomp",
-                           codec="none" if kind == "peer" else what.spec, size=nbytes, np=p, device=args.device,
+                           codec="none" if kind == "peer" else what.spec, size=nbytes, np=p, device=args.device, link=report.link(),
                            avg_latency_us=avg, min_latency_us=lo, max_latency_us=hi, iterations=iters, ratio=1.0,
                            max_rel_error=None)
                 if kind == "mpicomp":

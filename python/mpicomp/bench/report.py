@@ -1,5 +1,6 @@
 """Printing results as OSU does (a '#' header, then fixed columns), and as JSON records."""
 import json
+import os
 import sys
 
 from mpi4py import MPI
@@ -7,11 +8,17 @@ from mpi4py import MPI
 from .. import _core, __version__
 
 
+def link():
+    """The network the ranks talk over: what bench/netem set up, else this node's own."""
+    return os.environ.get("MPICOMP_NETEM", "local")
+
+
 def header(title, args, comm, extra=()):
     """The '#' lines that say how a table was measured."""
     lib = MPI.Get_library_version().splitlines()[0].strip()
     lines = [f"# mpicomp-bench {title} (mpicomp {__version__})",
-             f"# ranks: {comm.Get_size()}, device: {args.device}, CPU codec target: {_core.cpu_target()}",
+             f"# ranks: {comm.Get_size()}, device: {args.device}, CPU codec target: {_core.cpu_target()}, "
+             f"link: {link()}",
              f"# MPI: {lib}"]
     return "\n".join(lines + [f"# {e}" for e in extra])
 

@@ -1,0 +1,157 @@
+"""Compressed point-to-point between ranks 0 and 1 (other ranks wait at a barrier), as the
+OSU micro-benchmarks' osu_latency and osu_bw measure it, side by side with the MPI library's
+own Send/Recv (mpi4py) on the same data.
+
+- Latency: ping-pong; rank 0 sends, rank 1 receives and sends back; half the round trip.
+- Bandwidth: rank 0 sends a window of back-to-back messages, rank 1 receives them and answers
+  with one small acknowledgement; bytes of float32 input moved per second (MB/s, 1e6 bytes).
+
+Sizes are bytes of float32 input. With -c, what rank 1 received is checked against what rank 0
+sent, within the codec's one-way error bound.
+"""
+import os
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from .. import config, recv, send
+from . import report
+from .options import iterations
+
+WINDOW = 16  # messages in flight per bandwidth iteration (OSU's default window is 64)
+_TAG, _ACK = 11, 12
+
+
+def _pingpong(send_fn, recv_fn, rank, iters, warmup):
+    for i in range(warmup + iters):
+        if i == warmup:
+            t0 = time.perf_counter()
+        if rank == 0:
+            send_fn(1)
+            recv_fn(1)
+        elif rank == 1:
+            recv_fn(0)
+            send_fn(0)
+    return (time.perf_counter() - t0) / iters / 2 * 1e6
+
+
+def _stream(send_fn, recv_fn, comm, rank, iters, warmup):
+    ack = np.zeros(1, np.int8)
+    for i in range(warmup + iters):
+        if i == warmup:
+            t0 = time.perf_counter()
+        if rank == 0:
+            for _ in range(WINDOW):
+                send_fn(1)
+            comm.Recv(ack, 1, _ACK)
+        elif rank == 1:
+            for _ in range(WINDOW):
+                recv_fn(0)
+            comm.Send(ack, 0, _ACK)
+    return (time.perf_counter() - t0) / iters / WINDOW * 1e6
+
+
+def _calls(kind, what, x, y, comm):
+    if kind == "peer":
+        return (lambda peer: comm.Send(x, peer, _TAG)), (lambda peer: comm.Recv(y, peer, _TAG))
+    return (lambda peer: send(x, peer, comm=comm, codec=what, tag=_TAG)), \
+           (lambda peer: recv(y, peer, comm=comm, codec=what, tag=_TAG))
+
+
+def run(args, comm=MPI.COMM_WORLD):
+    rank = comm.rank
+    if comm.size < 2:
+        if rank == 0:
+            print("mpicomp-bench pt2pt: needs at least 2 ranks (run it under mpiexec -n 2)")
+        return 2
+    if args.device != "cpu":
+        raise SystemExit("mpicomp-bench: --device cuda: this build has no CUDA support")
+    compare = [c for c in args.compare.split(",") if c]
+    if set(compare) - {"mpi"}:
+        raise SystemExit(f"mpicomp-bench pt2pt: --compare takes only 'mpi' here, got {args.compare!r}")
+    impls = [("peer", "mpi") for _ in compare] + [("mpicomp", c) for c in args.codecs]
+    progress = report.Progress(len(impls) * len(args.sizes), rank == 0 and not args.quiet)
+    records, failures = [], 0
+    for nbytes in args.sizes:
+        n = max(1, nbytes // 4)
+        x = np.random.default_rng(99).standard_normal(n).astype(np.float32)
+        y = np.empty_like(x)
+        iters, warmup = iterations(args, nbytes)
+        best = {}
+        for _ in range(args.rounds):
+            for kind, what in impls:
+                s, r = _calls(kind, what, x, y, comm)
+                comm.Barrier()
+                lat = _pingpong(s, r, rank, iters, warmup)
+                comm.Barrier()
+                per_msg = _stream(s, r, comm, rank, max(1, iters // WINDOW), 1)
+                lat, per_msg = comm.bcast((lat, per_msg))  # rank 0's clock, as OSU reports
+                key = (kind, what.spec if kind == "mpicomp" else what)
+                old = best.get(key)
+                best[key] = (min(lat, old[0]), min(per_msg, old[1])) if old else (lat, per_msg)
+                progress.step(f"{key[1]} {nbytes}")
+        for kind, what in impls:
+            name = what.spec if kind == "mpicomp" else what
+            lat, per_msg = best[(kind, name)]
+            rec = dict(op="pt2pt", impl="mpicomp" if kind == "mpicomp" else what, codec=name if kind == "mpicomp"
+                       else "none", size=nbytes, np=comm.size, device=args.device, link=report.link(), avg_latency_us=lat,
+                       min_latency_us=lat, max_latency_us=lat, iterations=iters, bandwidth_mbps=nbytes / per_msg,
+                       ratio=1.0, max_rel_error=None)
+            if kind == "mpicomp":
+                compressed = what.id != 0 and nbytes >= config.min_bytes
+                rec["ratio"] = x.nbytes / what.encoded_bytes(n) if compressed else 1.0
+                if args.validation:
+                    failures += _validate(what, x, y, comm, compressed, rec)
+            records.append(rec)
+    for r in records:
+        mpi = next((p for p in records if p["impl"] == "mpi" and p["size"] == r["size"]), None)
+        r["speedup_vs_mpi"] = mpi["avg_latency_us"] / r["avg_latency_us"] if mpi else None
+    if rank == 0:
+        _print(args, records, comm)
+        if args.json:
+            report.write_json(args.json, records)
+    if failures:
+        if rank == 0:
+            print(f"# VALIDATION FAILED: {failures} elements outside the codec's error bound")
+        return 1
+    return 0
+
+
+def _validate(c, x, y, comm, compressed, rec):
+    """Rank 1 checks one more transfer; the count of bad elements reaches every rank."""
+    bad = 0
+    if comm.rank == 0:
+        send(x, 1, comm=comm, codec=c, tag=_TAG)
+    elif comm.rank == 1:
+        recv(y, 0, comm=comm, codec=c, tag=_TAG)
+        if os.environ.get("MPICOMP_BENCH_CORRUPT") == "1":
+            y[0] += 1.0
+        exact = x.astype(np.float64)
+        diff = np.abs(y.astype(np.float64) - exact)
+        bound = c.tolerance(exact) + 1e-6 * np.abs(exact) if compressed else np.zeros_like(exact)
+        rec["max_rel_error"] = float(diff.max() / max(np.abs(exact).max(), 1e-30))
+        bad = int(np.count_nonzero(~(diff <= bound)))
+    rec["max_rel_error"] = comm.bcast(rec["max_rel_error"], root=1)
+    return comm.allreduce(bad)
+
+
+def _print(args, records, comm):
+    print(report.header("pt2pt", args, comm, [
+        f"ranks 0 and 1; latency: ping-pong / 2; bandwidth: windows of {WINDOW} messages (MB/s of float32 input); "
+        f"best of {args.rounds} rounds; compression below {config.min_bytes} bytes: off"]))
+    groups = {}
+    for r in records:
+        groups.setdefault((r["impl"], r["codec"]), []).append(r)
+    for (impl, codec_name), rows in groups.items():
+        print(f"\n# {impl}" + (f" codec {codec_name}" if impl == "mpicomp" else " (the MPI library's Send/Recv)"))
+        cols = [("Size", 12, "d"), ("Avg Latency(us)", 18, ".2f"), ("Bandwidth (MB/s)", 18, ".2f"), ("Ratio", 8, ".2f")]
+        if args.validation:
+            cols += [("MaxRelErr", 11, ".2e")]
+        cols += [("Speedup(mpi)", 14, ".3f")]
+        t = report.Table(cols)
+        for r in rows:
+            vals = [r["size"], r["avg_latency_us"], r["bandwidth_mbps"], r["ratio"]]
+            if args.validation:
+                vals += [r["max_rel_error"]]
+            t.row(*vals, r["speedup_vs_mpi"])
