@@ -103,3 +103,19 @@ def test_plot_draws_a_png_from_results(tmp_path):
     (tmp_path / "empty.json").write_text("[]")
     r = bench("plot", str(tmp_path / "empty.json"), "-o", str(fig))
     assert r.returncode != 0 and "no latency records" in r.stderr
+
+
+def test_summary_tables_speedups_and_crossover(tmp_path):
+    def rec(impl, codec, s, t):
+        return dict(op="allreduce", impl=impl, codec=codec, size=s, np=2, link="1gbit", avg_latency_us=t)
+
+    recs = [rec("mpi", "none", 1 << 20, 16000.0), rec("mpicomp", "none", 1 << 20, 16000.0),
+            rec("mpicomp", "int8", 1 << 20, 4000.0), rec("gloo", "none", 1 << 20, 8000.0),
+            rec("mpicomp", "none", 1024, 40.0), rec("mpicomp", "int8", 1024, 50.0),
+            rec("mpicomp", "none", 4096, 60.0), rec("mpicomp", "int8", 4096, 55.0)]
+    (tmp_path / "r.json").write_text(json.dumps(recs))
+    r = bench("summary", str(tmp_path / "r.json"), "--sizes", "1M")
+    assert r.returncode == 0, r.stderr
+    assert "| allreduce | 1gbit | 2 | 1M | 16.000 | 2.00 | 1.00 | 4.00 |" in r.stdout
+    r = bench("summary", str(tmp_path / "r.json"), "--crossover")
+    assert "| allreduce | 1gbit | 2 | int8 | 4K |" in r.stdout  # faster from 4K on, slower at 1K

@@ -5,6 +5,7 @@
     mpiexec -n 2 mpicomp-bench allgather ... / reduce_scatter ...
     mpiexec -n 2 mpicomp-bench pt2pt -m 1K:16M --codec none,int8 --compare mpi
     mpicomp-bench plot results.json [more.json ...] -o fig.png
+    mpicomp-bench summary results.json [...] [--sizes 1M,64M | --crossover]
 """
 import argparse
 import sys
@@ -38,6 +39,11 @@ def parser():
     g = sub.add_parser("plot", help="latency and speed-up plots from --json results (matplotlib)")
     g.add_argument("results", nargs="+", metavar="RESULTS.json")
     g.add_argument("-o", "--output", required=True, metavar="FIG.png")
+    t = sub.add_parser("summary", help="Markdown tables of speed-ups (or crossover sizes) from --json results")
+    t.add_argument("results", nargs="+", metavar="RESULTS.json")
+    t.add_argument("--sizes", default="1M,16M,64M", help="sizes to tabulate (default 1M,16M,64M)")
+    t.add_argument("--crossover", action="store_true",
+                   help="instead: per codec, the size from which it beats codec none at every larger size")
     c = sub.add_parser("codecs", help="codec throughput on one core vs memcpy (one process)")
     c.add_argument("--codec", dest="codecs", type=codec_list, default=None, metavar="SPEC[,SPEC...]")
     c.add_argument("-n", "--elements", type=int, default=16 << 20, help="float32 elements (default 16 Mi)")
@@ -49,7 +55,7 @@ def parser():
 
 def main(argv=None):
     args = parser().parse_args(argv)
-    if args.command in ("codecs", "pt2pt", "plot"):
+    if args.command in ("codecs", "pt2pt", "plot", "summary"):
         import importlib
 
         return importlib.import_module(f".{args.command}", __package__).run(args)
