@@ -2,7 +2,10 @@
 // segment length; the payload follows in segments, each sent as soon as it is encoded. A
 // receiver that expected something else still takes every segment the header announces
 // (the sender's messages are all matched) before it raises, so the pair stays usable.
+// Uncompressed messages up to Config::eager_bytes travel inside the header message instead:
+// one message, one latency, as MPI_Send's own eager protocol.
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "coll.h"
@@ -28,8 +31,17 @@ Signature p2p_signature(const CollArgs& a, const Config& cfg) {
   s.codec = a.spec.id;
   s.block = is_blockwise(a.spec.id) ? a.spec.block : 0;
   s.dtype = a.dtype;
-  s.wire = a.count * dtype_size(a.dtype) < cfg.min_bytes ? CodecId::none : a.spec.id;
+  size_t bytes = a.count * dtype_size(a.dtype);
+  s.wire = bytes < cfg.min_bytes ? CodecId::none : a.spec.id;
+  s.eager = s.wire == CodecId::none && !a.engine && bytes <= cfg.eager_bytes;
   return s;
+}
+
+// The header message's buffer, with room for an eager payload.
+std::vector<char>& message(size_t payload) {
+  thread_local std::vector<char> b;
+  if (b.size() < sizeof(Header) + payload) b.resize(sizeof(Header) + payload);
+  return b;
 }
 
 size_t nsegs(size_t n, size_t seg) { return (n + seg - 1) / seg; }
@@ -41,6 +53,14 @@ void send(MPI_Comm comm, const void* x, int dest, int tag, const CollArgs& a) {
   Header h{kMagic, 0, 0, p2p_signature(a, cfg)};
   mpi_check(PMPI_Comm_rank(comm, &h.rank), "MPI_Comm_rank");
   Spec wire{h.sig.wire, a.spec.block};
+  if (h.sig.eager) {
+    size_t bytes = a.count * dtype_size(a.dtype);
+    std::vector<char>& m = message(bytes);
+    std::memcpy(m.data(), &h, sizeof h);
+    if (bytes) std::memcpy(m.data() + sizeof h, x, bytes);
+    mpi_check(PMPI_Send(m.data(), int(sizeof h + bytes), MPI_BYTE, dest, tag, comm), "MPI_Send");
+    return;
+  }
   h.seg = segment_elems(wire, a.dtype, cfg.segment_bytes);
   mpi_check(PMPI_Send(&h, sizeof h, MPI_BYTE, dest, tag, comm), "MPI_Send");
   Engine& e = a.engine ? *a.engine : cpu_engine();
@@ -64,9 +84,12 @@ void send(MPI_Comm comm, const void* x, int dest, int tag, const CollArgs& a) {
 
 void recv(MPI_Comm comm, void* y, int source, int tag, const CollArgs& a) {
   const Config cfg = config();
-  Header h;
+  // Room for the largest eager payload any sender may attach (all ranks share the config).
+  std::vector<char>& m = message(cfg.eager_bytes);
   MPI_Status st;
-  mpi_check(PMPI_Recv(&h, sizeof h, MPI_BYTE, source, tag, comm, &st), "MPI_Recv");
+  mpi_check(PMPI_Recv(m.data(), int(m.size()), MPI_BYTE, source, tag, comm, &st), "MPI_Recv");
+  Header h;
+  std::memcpy(&h, m.data(), sizeof h);
   source = st.MPI_SOURCE;
   tag = st.MPI_TAG;
   Signature mine = p2p_signature(a, cfg);
@@ -75,7 +98,7 @@ void recv(MPI_Comm comm, void* y, int source, int tag, const CollArgs& a) {
                                                                     " was not sent by mpicomp.send");
   if (!(h.sig == mine)) {
     std::vector<uint8_t> sink;
-    for (size_t k = 0; k < nsegs(h.sig.count, h.seg); ++k) {
+    for (size_t k = 0; !h.sig.eager && k < nsegs(h.sig.count, h.seg); ++k) {
       size_t n = std::min<size_t>(h.seg, h.sig.count - k * h.seg);
       sink.resize(encoded_bytes(wire, h.sig.dtype, n));
       mpi_check(PMPI_Recv_c(sink.data(), MPI_Count(sink.size()), MPI_BYTE, source, tag, comm, MPI_STATUS_IGNORE),
@@ -84,8 +107,12 @@ void recv(MPI_Comm comm, void* y, int source, int tag, const CollArgs& a) {
     throw Error(ErrorKind::shape_mismatch, "recv: rank " + std::to_string(h.rank) + " sent " + describe(h.sig) +
                                                ", but this rank expects " + describe(mine));
   }
-  Engine& e = a.engine ? *a.engine : cpu_engine();
   const size_t dts = dtype_size(a.dtype);
+  if (h.sig.eager) {
+    if (a.count) std::memcpy(y, m.data() + sizeof h, a.count * dts);
+    return;
+  }
+  Engine& e = a.engine ? *a.engine : cpu_engine();
   bool direct = wire.id == CodecId::none && !a.engine;
   uint8_t* buf = direct ? static_cast<uint8_t*>(y) : e.wire(0, encoded_bytes(wire, a.dtype, a.count));
   std::vector<MPI_Request> reqs(nsegs(a.count, h.seg));

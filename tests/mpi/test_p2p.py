@@ -143,3 +143,20 @@ def test_send_integers_exact():
     elif rank == last:
         assert np.array_equal(mpicomp.recv(np.empty_like(x), 0, comm=comm, codec="none"), x)
     comm.Barrier()
+
+
+@pytest.mark.parametrize("n_sent,n_expected", [(10, 12), (10, 100_000), (100_000, 10)])
+def test_recv_mismatch_with_small_uncompressed_messages(n_sent, n_expected):
+    """Messages up to config.eager_bytes travel inside the header message: a receiver that
+    expects another count still raises, consumes exactly what was sent, and the pair works."""
+    comm = comm_of("world")
+    rank, last = comm.Get_rank(), comm.Get_size() - 1
+    x = np.arange(n_sent, dtype=np.float32)
+    if rank == 0:
+        mpicomp.send(x, last, comm=comm, codec="none")
+        mpicomp.send(x[:5] * 2, last, comm=comm, codec="none")
+    elif rank == last:
+        with pytest.raises(mpicomp.ShapeMismatchError, match=f"{n_sent}.*{n_expected}"):
+            mpicomp.recv(np.empty(n_expected, np.float32), 0, comm=comm, codec="none")
+        assert np.array_equal(mpicomp.recv(np.empty(5, np.float32), 0, comm=comm, codec="none"), x[:5] * 2)
+    comm.Barrier()
