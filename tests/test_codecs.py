@@ -176,6 +176,10 @@ def test_ratios():
     assert mpicomp.codec("int8").ratio() == pytest.approx(1024 / 260)
     assert mpicomp.codec("int4").ratio() == pytest.approx(1024 / 132)
     assert mpicomp.codec("sign").ratio() == pytest.approx(1024 / 36)
+    p = mpicomp.codec("powersgd:rank=8")
+    assert p.ratio() == pytest.approx(4096 * 4096 / (8 * 8192))
+    assert p.encoded_bytes(0, shape=(100, 300)) == 4 * 8 * 400
+    assert p.encoded_bytes(1000) == 4000  # a vector goes whole
 
 
 @pytest.mark.parametrize("spec,options,needle", [
@@ -187,6 +191,9 @@ def test_ratios():
     ("fp16", {"block": 64}, "no option 'block'"),
     ("int8:block", {}, "not key=value"),
     (3, {}, "got int"),
+    ("powersgd", {"rank": 0}, "rank must be a positive integer"),
+    ("powersgd:min_compression_rate=0.5", {}, "min_compression_rate must be a number >= 1"),
+    ("powersgd", {"block": 256}, "no option 'block'"),
 ])
 def test_bad_specs(spec, options, needle):
     with pytest.raises(mpicomp.CodecError, match=needle):
@@ -199,4 +206,13 @@ def test_lossy_codec_rejects_integers():
 
 
 def test_available_codecs():
-    assert set(CODECS) <= set(mpicomp.available_codecs())
+    assert set(CODECS) | {"powersgd"} <= set(mpicomp.available_codecs())
+
+
+def test_powersgd_spec_and_no_single_process_encoding():
+    c = mpicomp.codec("powersgd:rank=2,min_compression_rate=1.5")
+    assert c.options == {"rank": 2, "min_compression_rate": 1.5} and c.spec == "powersgd:min_compression_rate=1.5,rank=2"
+    with pytest.raises(mpicomp.CodecError, match="allreduce algorithm"):
+        c.encode(np.ones(4, np.float32))
+    with pytest.raises(mpicomp.CodecError, match="no per-element error bound"):
+        c.tolerance(np.ones(4))

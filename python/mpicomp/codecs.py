@@ -204,15 +204,67 @@ class SignCodec(_BlockCodec):
         return (am * (1 + 1e-5) + 1e-30).reshape(np.shape(x))
 
 
-_CODECS = {c.name: c for c in (NoneCodec, Fp16Codec, Bf16Codec, Int8Codec, Int4Codec, SignCodec)}
+class PowerSGDCodec(Codec):
+    """PowerSGD (Vogels et al. 2019): an allreduce of a matrix (n x m; n-D tensors are viewed
+    as shape[0] x the rest) sends two rank-``rank`` factors, ``rank * (n + m)`` numbers instead
+    of ``n * m``, with a warm start and error feedback kept in an :class:`mpicomp.ErrorFeedback`
+    (see mpicomp.powersgd for the algorithm). Allreduce only. No per-element bound: the result
+    is the projection of the exact sum onto ``rank`` directions found by one power iteration,
+    and exact when the ranks' matrices together span at most ``rank`` columns. Tensors that
+    would not shrink by ``min_compression_rate`` (vectors, small or thin matrices) are reduced
+    uncompressed, exactly."""
+
+    name, id = "powersgd", None
+    _options = {"rank": 4, "min_compression_rate": 2}
+
+    def _check(self):
+        r, rate = self.options["rank"], self.options["min_compression_rate"]
+        if not isinstance(r, (int, np.integer)) or isinstance(r, bool) or r < 1:
+            raise CodecError(f"codec 'powersgd': rank must be a positive integer, got {r!r}")
+        if not isinstance(rate, (int, float, np.integer, np.floating)) or isinstance(rate, bool) or rate < 1:
+            raise CodecError(f"codec 'powersgd': min_compression_rate must be a number >= 1, got {rate!r}")
+
+    def check_dtype(self, dtype_name, argument="x"):
+        NoneCodec().check_dtype(dtype_name, argument)
+        if dtype_name in _INT_DTYPES:
+            raise CodecError(f"codec 'powersgd' compresses floating-point data only, but {argument} has dtype "
+                             f"{dtype_name}; use codec='none' for integer arrays")
+
+    def encoded_bytes(self, count, dtype="float32", shape=None):
+        """Bytes sent per rank for an allreduce of a float32 tensor of ``shape`` (default: a
+        vector of ``count``, which goes uncompressed)."""
+        from .powersgd import compresses
+
+        shape = tuple(shape) if shape is not None else (int(count),)
+        if not compresses(self, shape):
+            return int(np.prod(shape)) * _ITEMSIZE[_dtype_name(dtype)]
+        n, m = shape[0], int(np.prod(shape[1:]))
+        return 4 * min(self.options["rank"], n, m) * (n + m)
+
+    def ratio(self, dtype="float32", shape=(4096, 4096)):
+        """Input bytes / bytes sent for a ``shape`` matrix (default 4096 x 4096)."""
+        return int(np.prod(shape)) * _ITEMSIZE[_dtype_name(dtype)] / self.encoded_bytes(0, dtype, shape)
+
+    def tolerance(self, x):
+        raise CodecError("codec 'powersgd' has no per-element error bound (see its docstring)")
+
+    def encode(self, x, residual=None):
+        raise CodecError("codec 'powersgd' is an allreduce algorithm: it has no single-process encoding")
+
+    decode = encode
+
+
+_CODECS = {c.name: c for c in (NoneCodec, Fp16Codec, Bf16Codec, Int8Codec, Int4Codec, SignCodec, PowerSGDCodec)}
 _CACHE = {}
 
 
 def _parse_value(text):
-    try:
-        return int(text, 0)
-    except ValueError:
-        return text
+    for parse in (lambda t: int(t, 0), float):
+        try:
+            return parse(text)
+        except ValueError:
+            pass
+    return text
 
 
 def codec(spec="none", **options):

@@ -11,24 +11,29 @@ ShapeMismatchError, and the communicator stays usable.
 import numpy as np
 from mpi4py import MPI
 
-from . import _comm, _core
+from . import _comm, _core, powersgd
 from ._buffers import array_info, collective_args, dtype_name
+from .codecs import Codec
 from .codecs import codec as _codec
-from .errors import ArgumentError, MpicompError
+from .errors import ArgumentError, CodecError, MpicompError, ShapeMismatchError
 from .feedback import ErrorFeedback
 
 __all__ = ["allreduce", "reduce_scatter", "allgather", "iallreduce", "Request", "send", "recv"]
 
 _ALLREDUCE, _REDUCE_SCATTER, _ALLGATHER = 1, 2, 3
+_NAMES = {_ALLREDUCE: "allreduce", _REDUCE_SCATTER: "reduce_scatter", _ALLGATHER: "allgather"}
 _OPS = {"sum": False, "avg": True}
 
 
-def _spec_args(coll, comm, codec, op, tell=None):
+def _spec_args(coll, comm, codec, op, tell=None, lowrank=False):
     """(private comm, codec, avg): the checks every call starts with."""
     tell = tell or _tell_others
     pcomm = _comm.private(comm)
     try:
         c = _codec(codec)
+        if c.id is None and not lowrank:
+            raise CodecError(f"codec {c.name!r} is an allreduce algorithm; {_NAMES[coll]} takes a wire codec "
+                             f"(none, fp16, bf16, int8, int4, sign)")
         avg = _OPS.get(op)
         if avg is None:
             raise ArgumentError(f"op must be 'sum' or 'avg', got {op!r}")
@@ -67,6 +72,43 @@ def _prepare(coll, comm, x, codec, out, error_feedback, op, out_mode, tell=None)
     return pcomm, out, xptr, yptr, count, dt, c, avg, rptr
 
 
+def _lowrank(codec):
+    """Codec "powersgd": an allreduce algorithm of its own (powersgd.py), not a wire format."""
+    return (codec.name if isinstance(codec, Codec) else str(codec)).startswith("powersgd")
+
+
+def _lowrank_prepare(comm, x, codec, out, error_feedback, op, tell=None):
+    """The checks of _prepare for codec "powersgd"; returns (codec, avg, out, dtype id)."""
+    pcomm, c, avg = _spec_args(_ALLREDUCE, comm, codec, op, tell, lowrank=True)
+    try:
+        out, _, _, _, dt = collective_args(x, out, 0, pcomm.Get_size())
+        c.check_dtype(dtype_name(dt))
+        if error_feedback is not None and not isinstance(error_feedback, ErrorFeedback):
+            raise ArgumentError(f"error_feedback must be an mpicomp.ErrorFeedback or None, "
+                                f"got {type(error_feedback).__name__}")
+    except MpicompError as own:
+        (tell or _tell_others)(pcomm, _ALLREDUCE)
+        raise own
+    return c, avg, out, dt
+
+
+def _lowrank_run(comm, x, c, avg, out, error_feedback, dt):
+    # The factors' sizes need not tell two shapes apart (a 256 x 256 matrix at rank 4 sends
+    # as many numbers as a 4 x 256 one sent whole): agree on shape and dtype first, with sums
+    # of v and v * v, equal on every rank only if all v are (Cauchy-Schwarz).
+    n = x.shape[0] if len(x.shape) else 1
+    v = np.array([n, int(np.prod(x.shape)) // max(n, 1), dt], np.float64)
+    s = allreduce(np.concatenate([v, v * v]), comm=comm, codec="none")
+    if np.any(s[3:] * comm.Get_size() != s[:3] ** 2):
+        raise ShapeMismatchError(f"allreduce: ranks disagree on the shape or dtype of x (codec powersgd); this "
+                                 f"rank has {tuple(x.shape)} {dtype_name(dt)}")
+    op = "avg" if avg else "sum"
+    if not powersgd.compresses(c, tuple(x.shape)):
+        return allreduce(x, comm, "none", op, out)
+    return powersgd.allreduce(x, comm, c, avg, out, error_feedback,
+                              lambda a: allreduce(a, comm=comm, codec="none"))
+
+
 def _numpy(coll, comm, x, codec, out, op):
     """The whole call in C++ for numpy arrays without error feedback (most calls)."""
     pcomm, c, avg = _spec_args(coll, comm, codec, op)
@@ -89,8 +131,12 @@ def allreduce(x, comm=MPI.COMM_WORLD, codec="int8", op="sum", out=None, error_fe
     Returns:
         out, or a new array of x's type, dtype, shape and device. All ranks get identical
         values. The error is within the sum over ranks of the codec's per-element bound for
-        each rank's x, plus the bound for the summed value.
+        each rank's x, plus the bound for the summed value. Codec "powersgd" has no such
+        bound (see mpicomp.powersgd).
     """
+    if _lowrank(codec):
+        c, avg, out, dt = _lowrank_prepare(comm, x, codec, out, error_feedback, op)
+        return _lowrank_run(comm, x, c, avg, out, error_feedback, dt)
     if error_feedback is None and type(x) is np.ndarray:
         return _numpy(_ALLREDUCE, comm, x, codec, out, op)
     pcomm, out, xptr, yptr, n, dt, c, avg, rptr = _prepare(_ALLREDUCE, comm, x, codec, out, error_feedback, op, 0)
@@ -152,6 +198,9 @@ def iallreduce(x, comm=MPI.COMM_WORLD, codec="int8", op="sum", out=None, error_f
     def tell_in_order(pcomm, coll):
         executor.submit(_tell_others, pcomm, coll)
 
+    if _lowrank(codec):
+        c, avg, out, dt = _lowrank_prepare(acomm, x, codec, out, error_feedback, op, tell_in_order)
+        return Request(executor.submit(_lowrank_run, acomm, x, c, avg, out, error_feedback, dt))
     pcomm, out, xptr, yptr, n, dt, c, avg, rptr = _prepare(_ALLREDUCE, acomm, x, codec, out, error_feedback, op, 0,
                                                            tell_in_order)
 
@@ -166,6 +215,8 @@ def _p2p_args(buf, codec, name, comm, peer, peer_name):
     if not isinstance(comm, MPI.Comm) or comm == MPI.COMM_NULL:
         raise ArgumentError(f"comm must be an mpi4py communicator, got {comm!r}")
     c = _codec(codec)
+    if c.id is None:
+        raise CodecError(f"codec {c.name!r} is an allreduce algorithm; send/recv take a wire codec")
     ptr, n, dt = array_info(buf, name)
     c.check_dtype(dtype_name(dt), name)
     if not isinstance(peer, int) or not (0 <= peer < comm.Get_size() or peer == MPI.ANY_SOURCE):
