@@ -159,47 +159,8 @@ def run(args, comm=MPI.COMM_WORLD):
                         bound = _bound(op, xs, exact, c, comm) if compressed else 1e-5 * np.abs(exact) + 1e-6
                         failures += comm.allreduce(int(np.count_nonzero(~(diff <= bound))))
                 results[(rec["impl"], rec["codec"], nbytes)] = rec
-    records = []
-    for r in results.values():
-        peer = results.get(("mpi", "none", r["size"]))
-        r["speedup_vs_mpi"] = peer["avg_latency_us"] / r["avg_latency_us"] if peer else None
-        records.append(r)
-    records.sort(key=lambda r: (r["impl"] != "mpi", r["impl"] != "gloo", r["codec"], r["size"]))
-    if rank == 0:
-        _print(args, op, records, comm)
-        if args.json:
-            report.write_json(args.json, records)
-    if failures:
-        if rank == 0:
-            print(f"# VALIDATION FAILED: {failures} elements outside the codec's error bound")
-        return 1
-    return 0
-
-
-def _print(args, op, records, comm):
-    print(report.header(op.name, args, comm, [
-        f"sizes: bytes of float32 input per rank; iterations: {args.iterations or 'OSU defaults'}, best of "
-        f"{args.rounds} rounds; compression below {config.min_bytes} bytes: off (mpicomp.config.min_bytes)"]))
-    groups = {}
-    for r in records:
-        groups.setdefault((r["impl"], r["codec"]), []).append(r)
-    for (impl, codec_name), rows in groups.items():
-        label = {"mpi": "the MPI library's own, through mpi4py", "gloo": "torch.distributed, gloo backend"}
-        print(f"\n# {impl}" + (f" codec {codec_name}" if impl == "mpicomp" else f" ({label[impl]})"))
-        cols = [("Size", 12, "d"), ("Avg Latency(us)", 18, ".2f")]
-        if args.full:
-            cols += [("Min Latency(us)", 18, ".2f"), ("Max Latency(us)", 18, ".2f"), ("Iterations", 12, "d")]
-        cols += [("Ratio", 8, ".2f")]
-        if args.validation:
-            cols += [("MaxRelErr", 11, ".2e")]
-        cols += [("Speedup(mpi)", 14, ".3f")]
-        t = report.Table(cols)
-        for r in rows:
-            vals = [r["size"], r["avg_latency_us"]]
-            if args.full:
-                vals += [r["min_latency_us"], r["max_latency_us"], r["iterations"]]
-            vals += [r["ratio"]]
-            if args.validation:
-                vals += [r["max_rel_error"]]
-            vals += [r["speedup_vs_mpi"]]
-            t.row(*vals)
+    records = sorted(results.values(), key=lambda r: (r["impl"] != "mpi", r["impl"] != "gloo", r["codec"], r["size"]))
+    notes = [f"sizes: bytes of float32 input per rank; iterations: {args.iterations or 'OSU defaults'}, best of "
+             f"{args.rounds} rounds; compression below {config.min_bytes} bytes: off (mpicomp.config.min_bytes)"]
+    labels = {"mpi": "the MPI library's own, through mpi4py", "gloo": "torch.distributed, gloo backend"}
+    return report.finish(args, comm, op.name, notes, records, failures, labels)

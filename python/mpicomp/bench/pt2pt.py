@@ -104,18 +104,10 @@ def run(args, comm=MPI.COMM_WORLD):
                 if args.validation:
                     failures += _validate(what, x, y, comm, compressed, rec)
             records.append(rec)
-    for r in records:
-        mpi = next((p for p in records if p["impl"] == "mpi" and p["size"] == r["size"]), None)
-        r["speedup_vs_mpi"] = mpi["avg_latency_us"] / r["avg_latency_us"] if mpi else None
-    if rank == 0:
-        _print(args, records, comm)
-        if args.json:
-            report.write_json(args.json, records)
-    if failures:
-        if rank == 0:
-            print(f"# VALIDATION FAILED: {failures} elements outside the codec's error bound")
-        return 1
-    return 0
+    notes = [f"ranks 0 and 1; latency: ping-pong / 2; bandwidth: windows of {WINDOW} messages (MB/s of float32 "
+             f"input); best of {args.rounds} rounds; compression below {config.min_bytes} bytes: off"]
+    return report.finish(args, comm, "pt2pt", notes, records, failures, {"mpi": "the MPI library's Send/Recv"},
+                         extra=[("Bandwidth (MB/s)", 18, ".2f", "bandwidth_mbps")])
 
 
 def _validate(c, x, y, comm, compressed, rec):
@@ -134,24 +126,3 @@ def _validate(c, x, y, comm, compressed, rec):
         bad = int(np.count_nonzero(~(diff <= bound)))
     rec["max_rel_error"] = comm.bcast(rec["max_rel_error"], root=1)
     return comm.allreduce(bad)
-
-
-def _print(args, records, comm):
-    print(report.header("pt2pt", args, comm, [
-        f"ranks 0 and 1; latency: ping-pong / 2; bandwidth: windows of {WINDOW} messages (MB/s of float32 input); "
-        f"best of {args.rounds} rounds; compression below {config.min_bytes} bytes: off"]))
-    groups = {}
-    for r in records:
-        groups.setdefault((r["impl"], r["codec"]), []).append(r)
-    for (impl, codec_name), rows in groups.items():
-        print(f"\n# {impl}" + (f" codec {codec_name}" if impl == "mpicomp" else " (the MPI library's Send/Recv)"))
-        cols = [("Size", 12, "d"), ("Avg Latency(us)", 18, ".2f"), ("Bandwidth (MB/s)", 18, ".2f"), ("Ratio", 8, ".2f")]
-        if args.validation:
-            cols += [("MaxRelErr", 11, ".2e")]
-        cols += [("Speedup(mpi)", 14, ".3f")]
-        t = report.Table(cols)
-        for r in rows:
-            vals = [r["size"], r["avg_latency_us"], r["bandwidth_mbps"], r["ratio"]]
-            if args.validation:
-                vals += [r["max_rel_error"]]
-            t.row(*vals, r["speedup_vs_mpi"])

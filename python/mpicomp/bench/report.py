@@ -59,3 +59,37 @@ def write_json(path, records):
     with open(path, "w") as f:
         json.dump(records, f, indent=1)
         f.write("\n")
+
+
+def finish(args, comm, title, notes, records, failures, labels, extra=()):
+    """Speed-ups over the MPI library, then on rank 0 the tables (one per implementation and
+    codec, OSU's columns plus `extra` (title, width, format, record key)) and the JSON file;
+    returns the exit status (1 if -c found elements outside the codec's bound)."""
+    for r in records:
+        mpi = next((p for p in records if p["impl"] == "mpi" and p["size"] == r["size"]), None)
+        r["speedup_vs_mpi"] = mpi["avg_latency_us"] / r["avg_latency_us"] if mpi else None
+    if comm.rank == 0:
+        print(header(title, args, comm, notes))
+        groups = {}
+        for r in records:
+            groups.setdefault((r["impl"], r["codec"]), []).append(r)
+        for (impl, codec_name), rows in groups.items():
+            print(f"\n# {impl}" + (f" codec {codec_name}" if impl == "mpicomp" else f" ({labels[impl]})"))
+            cols = [("Size", 12, "d", "size"), ("Avg Latency(us)", 18, ".2f", "avg_latency_us")]
+            if args.full:
+                cols += [("Min Latency(us)", 18, ".2f", "min_latency_us"), ("Max Latency(us)", 18, ".2f", "max_latency_us"),
+                         ("Iterations", 12, "d", "iterations")]
+            cols += list(extra) + [("Ratio", 8, ".2f", "ratio")]
+            if args.validation:
+                cols += [("MaxRelErr", 11, ".2e", "max_rel_error")]
+            cols += [("Speedup(mpi)", 14, ".3f", "speedup_vs_mpi")]
+            t = Table([c[:3] for c in cols])
+            for r in rows:
+                t.row(*(r[c[3]] for c in cols))
+        if args.json:
+            write_json(args.json, records)
+    if failures:
+        if comm.rank == 0:
+            print(f"# VALIDATION FAILED: {failures} elements outside the codec's error bound")
+        return 1
+    return 0
