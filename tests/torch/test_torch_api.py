@@ -94,3 +94,17 @@ def test_traffic_counts_the_codec_bytes():
     assert t.bytes[("dp", "gradients")] == 2 * 3 * mpicomp.codec("int4").encoded_bytes(1 << 16) // 4
     t.send(("pp", "forward"), torch.zeros(10), "int4")  # below min_bytes: sent uncompressed
     assert t.bytes[("pp", "forward")] == 40
+
+
+def test_one_rank_layers_are_plain_linear():
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Linear(6, 3))
+    torch.manual_seed(0)
+    tp = torch.nn.Sequential(mt.ColumnParallelLinear(4, 6, MPI.COMM_SELF), mt.RowParallelLinear(6, 3, MPI.COMM_SELF))
+    x = torch.randn(5, 4)
+    for m in (ref, tp):
+        m(x).square().sum().backward()
+    for p, q in zip(tp.parameters(), ref.parameters()):
+        assert torch.equal(p, q) and torch.equal(p.grad, q.grad)
+    loss = mt.GPipe(tp, MPI.COMM_SELF, (5, 3)).step([x, x], [x[:, :3], x[:, :3]], torch.nn.functional.mse_loss)
+    assert loss == pytest.approx(torch.nn.functional.mse_loss(ref(x), x[:, :3]).item(), rel=1e-6)

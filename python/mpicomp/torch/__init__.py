@@ -10,11 +10,15 @@ compressed tensor- and pipeline-parallel layers, and the policy that picks a cod
 
 from .ddp import DDPHookState, GradientReducer, allreduce_gradients, compressed_allreduce_hook, ddp_hook
 from .mesh import Mesh
+from .pipeline import GPipe
 from .policy import Policy
+from .tensor_parallel import (ColumnParallelLinear, RowParallelLinear, copy_to_tensor_parallel,
+                              reduce_from_tensor_parallel)
 from .traffic import Traffic, traffic
 
 __all__ = [
     "Mesh", "Policy",
     "ddp_hook", "DDPHookState", "compressed_allreduce_hook", "GradientReducer", "allreduce_gradients",
-    "Traffic", "traffic",
+    "ColumnParallelLinear", "RowParallelLinear", "copy_to_tensor_parallel", "reduce_from_tensor_parallel",
+    "GPipe", "Traffic", "traffic",
 ]
