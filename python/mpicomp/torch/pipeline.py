@@ -14,13 +14,14 @@ from mpi4py import MPI
 
 import mpicomp
 
-from ..errors import ArgumentError, MpicompError
+from ..errors import ArgumentError, BackendError, CodecError, MpicompError, ShapeMismatchError
 from .policy import Policy
 from .traffic import traffic
 
 __all__ = ["GPipe"]
 
 _FORWARD_TAG, _BACKWARD_TAG = 7001, 7002
+_SAME_KIND = {c.__name__: c for c in (ArgumentError, BackendError, CodecError, ShapeMismatchError)}
 
 
 class GPipe:
@@ -62,6 +63,15 @@ class GPipe:
         out = torch.empty(self.activation_shape, dtype=self.dtype)
         return mpicomp.recv(out, source, comm=self.comm, codec=self.policy.codec("pp", kind), tag=tag)
 
+    def _forward(self, x, target, loss_fn, count):
+        y = self.module(x)
+        if self.last:
+            return loss_fn(y, target) / count
+        if y.shape != self.activation_shape:
+            raise ArgumentError(f"GPipe: stage {self.stage} output has shape {tuple(y.shape)}, but "
+                                f"activation_shape is {tuple(self.activation_shape)}")
+        return y
+
     def step(self, inputs, targets, loss_fn):
         """Forward and backward passes of all micro-batches; gradients accumulate in the
         module's parameters (call ``optimizer.step()`` after). Every stage makes this call.
@@ -76,43 +86,40 @@ class GPipe:
             The mean loss over the micro-batches, on every stage.
 
         Raises:
-            ArgumentError: a stage's output is not ``activation_shape``; every stage raises
-                (the failing stage keeps sending zeros so that no stage is left waiting).
-            MpicompError: another stage failed in its forward pass (that stage raises its
-                own error).
+            ArgumentError: a stage's output is not ``activation_shape``.
+            ShapeMismatchError: stages disagree on ``activation_shape`` or ``dtype``.
+            A failure in any stage's forward pass (these, or the module's own errors) stops
+            every stage: the failing one raises its error, the others the same mpicomp error
+            class (MpicompError for other exceptions) naming the stage. Until then the
+            failing stage keeps sending zeros, so that no stage is left waiting.
         """
         count = len(inputs)
         if len(targets) != count:
             raise ArgumentError(f"GPipe.step: {count} inputs but {len(targets)} targets")
         stage_inputs, outputs, error = [], [], None
         for m in range(count):
-            x = inputs[m] if self.first else self._recv(self.stage - 1, "forward", _FORWARD_TAG).requires_grad_()
-            y = None
-            if error is None:
-                try:
-                    y = self.module(x)
-                    if self.last:
-                        y = loss_fn(y, targets[m]) / count
-                    elif y.shape != self.activation_shape:
-                        raise ArgumentError(f"GPipe: stage {self.stage} output has shape {tuple(y.shape)}, "
-                                            f"but activation_shape is {tuple(self.activation_shape)}")
-                except Exception as e:  # noqa: BLE001 - re-raised below, after the others know
-                    error, y = e, None
+            x = y = None
+            try:
+                x = inputs[m] if self.first else self._recv(self.stage - 1, "forward", _FORWARD_TAG).requires_grad_()
+                if error is None:
+                    y = self._forward(x, targets[m], loss_fn, count)
+            except Exception as e:  # noqa: BLE001 - re-raised below, after the others know
+                error, y = error or e, None
             if not self.last:
                 self._send(y if y is not None else torch.zeros(self.activation_shape, dtype=self.dtype),
                            self.stage + 1, "forward", _FORWARD_TAG)
             stage_inputs.append(x)
             outputs.append(y)
-        # One tiny collective so that a failure anywhere stops every stage before the
+        # One small collective so that a failure anywhere stops every stage before the
         # backward pass, where the stages before it would wait for gradients forever.
-        failures = self.comm.allgather(None if error is None else f"{type(error).__name__}: {error}")
+        failures = self.comm.allgather(None if error is None else (type(error).__name__, str(error)))
         if error is not None:
             raise error
-        failed = [(s, msg) for s, msg in enumerate(failures) if msg is not None]
+        failed = [(s, f) for s, f in enumerate(failures) if f is not None]
         if failed:
-            s, msg = failed[0]
-            cls = ArgumentError if msg.startswith("ArgumentError") else MpicompError
-            raise cls(f"GPipe: stage {s} failed in its forward pass ({msg})")
+            s, (name, message) = failed[0]
+            raise _SAME_KIND.get(name, MpicompError)(f"GPipe: stage {s} failed in its forward pass "
+                                                     f"({name}: {message})")
 
         for m in reversed(range(count)):
             if self.last:

@@ -108,3 +108,13 @@ def test_gpipe_wrong_shape_raises_on_every_stage():
     with pytest.raises(mpicomp.ArgumentError, match=match if RANK == 0 else "stage 0 failed in its forward pass"):
         mt.GPipe(stage, WORLD, (4, 6)).step(xs, ts, F.mse_loss)
     WORLD.Barrier()
+
+
+def test_gpipe_stages_disagreeing_on_the_shape_raise_on_every_stage():
+    stage, _ = stages_and_reference()
+    xs, ts = micro_batches()
+    shape = (4, 7) if RANK == N - 1 else (4, 6)
+    match = "24 float32 .* expects .* 28 float32" if RANK == N - 1 else f"stage {N - 1} failed in its forward pass"
+    with pytest.raises(mpicomp.ShapeMismatchError, match=match):
+        mt.GPipe(stage, WORLD, shape).step(xs, ts, F.mse_loss)
+    WORLD.Barrier()
