@@ -40,7 +40,7 @@ def parse_args(argv=None):
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel size (divides --heads)")
     p.add_argument("--pp", type=int, default=1, help="pipeline stages (divides --layers)")
     p.add_argument("--policy", choices=mt.Policy.PRESETS, default="hybrid", help="compression policy preset")
-    p.add_argument("--aggressive", default="int4", help="codec of the aggressive traffic (naive: all; hybrid: dp)")
+    p.add_argument("--aggressive", default="int4:block=32", help="codec of the aggressive traffic (naive: all; hybrid: dp)")
     p.add_argument("--mild", default="int8", help="codec of tp/pp traffic under the hybrid policy")
     p.add_argument("--min-bytes", type=int, default=0,
                    help="messages smaller than this go uncompressed (mpicomp.config.min_bytes); 0 compresses "

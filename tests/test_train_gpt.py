@@ -42,7 +42,7 @@ def losses(log):
 def test_log_and_determinism(runs):
     log = runs["hybrid"]
     assert log["mesh"] == {"dp": 1, "tp": 2, "pp": 1} and log["world_size"] == 2
-    assert log["policy"]["dp.gradients"] == "int4" and log["policy"]["tp.forward"] == "int8"
+    assert log["policy"]["dp.gradients"] == "int4:block=32" and log["policy"]["tp.forward"] == "int8"
     assert [s["step"] for s in log["steps"]] == [1, 2, 3, 4]
     assert losses(log) == losses(runs["again"])
     assert [s["bytes"] for s in log["steps"]] == [s["bytes"] for s in runs["again"]["steps"]]

@@ -47,12 +47,12 @@ def test_presets():
     for dim, kind in (("dp", "gradients"), ("tp", "forward"), ("tp", "backward"), ("pp", "forward"),
                       ("pp", "backward")):
         assert none.codec(dim, kind) == mpicomp.codec("none")
-        assert naive.codec(dim, kind) == mpicomp.codec("int4")
-    assert hybrid.codec("dp", "gradients") == mpicomp.codec("int4") and hybrid.dp_error_feedback
+        assert naive.codec(dim, kind) == mpicomp.codec("int4", block=32)
+    assert hybrid.codec("dp", "gradients") == mpicomp.codec("int4", block=32) and hybrid.dp_error_feedback
     assert hybrid.codec("tp", "forward") == hybrid.codec("pp", "backward") == mpicomp.codec("int8")
     assert not naive.dp_error_feedback
     # the point of hybrid: dp gradients compressed harder than tp/pp traffic
-    assert hybrid.codec("dp", "gradients").ratio() > 1.9 * hybrid.codec("tp", "forward").ratio()
+    assert hybrid.codec("dp", "gradients").ratio() > 1.6 * hybrid.codec("tp", "forward").ratio()
     custom = mt.Policy.preset("hybrid", aggressive="sign", mild="bf16")
     assert custom.describe()["dp.gradients"] == "sign" and custom.describe()["pp.forward"] == "bf16"
 

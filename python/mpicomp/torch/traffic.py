@@ -9,13 +9,9 @@ import mpicomp
 __all__ = ["Traffic", "traffic"]
 
 
-def _itemsize(t):
-    return t.element_size()
-
-
 def _wire_bytes(t, codec):
     """Bytes of tensor t on the wire: below config.min_bytes the core sends it uncompressed."""
-    raw = t.numel() * _itemsize(t)
+    raw = t.numel() * t.element_size()
     if raw < mpicomp.config.min_bytes:
         return raw
     return mpicomp.codec(codec).encoded_bytes(t.numel(), t.dtype)
