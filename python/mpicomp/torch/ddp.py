@@ -64,8 +64,9 @@ class DDPHookState:
             drops from a bucket is added to the same bucket next step).
 
     Attributes:
-        feedback: {bucket index: ErrorFeedback}. DDP rebuilds its buckets after the first
-            iteration; a bucket whose size changed gets a fresh residual.
+        feedback: {bucket index: (ids of its parameters, ErrorFeedback)}. DDP rebuilds its
+            buckets after the first iteration; a bucket whose parameters changed gets a
+            fresh residual.
     """
 
     def __init__(self, codec="none", comm=MPI.COMM_WORLD, error_feedback=True):
@@ -76,13 +77,14 @@ class DDPHookState:
         self.error_feedback = error_feedback
         self.feedback = {}
 
-    def _feedback_for(self, index, numel):
+    def _feedback_for(self, bucket):
         if not self.error_feedback or self.codec.id == 0:
             return None
-        ef = self.feedback.get(index)
-        if ef is None or ef.residual is None or ef.residual.numel() != numel:
-            ef = self.feedback[index] = mpicomp.ErrorFeedback()
-        return ef
+        members = tuple(id(p) for p in bucket.parameters())
+        entry = self.feedback.get(bucket.index())
+        if entry is None or entry[0] != members:
+            entry = self.feedback[bucket.index()] = (members, mpicomp.ErrorFeedback())
+        return entry[1]
 
 
 def compressed_allreduce_hook(state, bucket):
@@ -94,7 +96,7 @@ def compressed_allreduce_hook(state, bucket):
     it, trading DDP's overlap of communication and computation for fewer bytes.
     """
     buf = bucket.buffer()
-    _average(buf, state.comm, state.codec, state._feedback_for(bucket.index(), buf.numel()))
+    _average(buf, state.comm, state.codec, state._feedback_for(bucket))
     fut = torch.futures.Future()
     fut.set_result(buf)
     return fut

@@ -71,7 +71,9 @@ def test_sign_with_error_feedback_still_learns(gloo):
     mpicomp.config.min_bytes = 0  # compress even these small buckets
     model, state, losses = train_toy("sign", True)
     assert losses[-1] < 0.5 * losses[0], losses
-    assert len(state.feedback) > 1 and all(ef.residual is not None for ef in state.feedback.values())
+    assert len(state.feedback) > 1 and all(ef.residual is not None for _, ef in state.feedback.values())
+    members = sorted(i for ids, _ in state.feedback.values() for i in ids)
+    assert members == sorted(id(p) for p in model.parameters())  # one residual per bucket, all covered
     flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     assert all(torch.equal(flat, other) for other in WORLD.allgather(flat)), "replicas diverged"
 
