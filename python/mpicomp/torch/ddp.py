@@ -59,7 +59,8 @@ class DDPHookState:
             feedback; "int4" (7.8x) and "sign" (28x) want ``error_feedback=True``.
             "powersgd" raises CodecError: it is not in the core yet.
         comm: the data-parallel communicator (``mesh.dp``, or COMM_WORLD for pure DP). Its
-            ranks must be the DDP process group's ranks in the same order.
+            ranks must be the DDP process group's ranks in the same order: give DDP
+            ``process_group=mesh.torch_group("dp")``.
         error_feedback: keep one mpicomp.ErrorFeedback per DDP bucket (what a lossy codec
             drops from a bucket is added to the same bucket next step).
 

@@ -24,14 +24,15 @@ def toy_batch(step, rank=RANK):
     return x, torch.sin(x[:, :4] * 2) + 0.1 * torch.randn(6, 4, generator=g)
 
 
-def ddp(model):
+def ddp(model, group=None):
     # a tiny bucket cap: several buckets, so per-bucket state is exercised
-    return torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.0005)
+    return torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.0005, process_group=group)
 
 
 def test_hook_none_matches_plain_ddp(gloo):
-    plain, hooked = ddp(toy_model()), ddp(toy_model())
-    hooked.register_comm_hook(*mt.ddp_hook(codec="none", comm=WORLD))
+    mesh = mt.Mesh(dp=N)
+    plain, hooked = ddp(toy_model()), ddp(toy_model(), mesh.torch_group("dp"))
+    hooked.register_comm_hook(*mt.ddp_hook(codec="none", comm=mesh.dp))
     opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (plain, hooked)]
     for step in range(3):
         x, y = toy_batch(step)
