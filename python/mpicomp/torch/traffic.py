@@ -1,0 +1,48 @@
+"""Counting the bytes that mpicomp.torch sends, by parallel dimension and traffic kind, so a
+training script can report what each policy moves (the quantity the hybrid-compression paper,
+Xu et al., arXiv 2409.02423, trades against loss)."""
+
+from collections import defaultdict
+
+import mpicomp
+
+__all__ = ["Traffic", "traffic"]
+
+
+def _wire_bytes(t, codec):
+    """Bytes of tensor t on the wire: below config.min_bytes the core sends it uncompressed."""
+    raw = t.numel() * t.element_size()
+    if raw < mpicomp.config.min_bytes:
+        return raw
+    return mpicomp.codec(codec).encoded_bytes(t.numel(), t.dtype)
+
+
+class Traffic:
+    """Payload bytes this rank sent, keyed by (dimension, kind), e.g. ("dp", "gradients").
+
+    An allreduce over p ranks counts 2 (p - 1) / p times the encoded message (a
+    reduce-scatter stage then an allgather stage, each rank sending all parts but its own);
+    a send counts the encoded message. Headers (a few bytes per message) are left out.
+    Messages below ``mpicomp.config.min_bytes`` count uncompressed, as the core sends them.
+    """
+
+    def __init__(self):
+        self.bytes = defaultdict(int)
+
+    def allreduce(self, key, tensor, size, codec):
+        """Records an allreduce of ``tensor`` over ``size`` ranks with ``codec``."""
+        self.bytes[key] += 2 * (size - 1) * _wire_bytes(tensor, codec) // size
+
+    def send(self, key, tensor, codec):
+        """Records a point-to-point send of ``tensor`` with ``codec``."""
+        self.bytes[key] += _wire_bytes(tensor, codec)
+
+    def total(self):
+        return sum(self.bytes.values())
+
+    def reset(self):
+        self.bytes.clear()
+
+
+traffic = Traffic()
+"""The counter every mpicomp.torch layer and hook records into (this process's traffic)."""

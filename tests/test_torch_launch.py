@@ -1,0 +1,19 @@
+"""The multi-rank PyTorch tests (tests/torch/mpi) under a real mpiexec with 2 and 3 ranks,
+each with a timeout so that a hang fails instead of blocking."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+MPIEXEC = str(Path(sys.executable).parent / "mpiexec")
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_torch_under_mpiexec(n):
+    cmd = [MPIEXEC, "-n", str(n), sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+           "--timeout=120", "--timeout-method=thread", str(HERE / "torch" / "mpi")]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=os.environ.copy())
+    assert r.returncode == 0, f"mpiexec -n {n} failed:\n{r.stdout[-6000:]}\n{r.stderr[-6000:]}"

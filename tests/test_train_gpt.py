@@ -1,0 +1,67 @@
+"""examples/train_gpt.py end to end on 2 ranks with a tiny model: the JSON log, determinism
+(same seed: same losses and bytes), the loss going down, and the policies' byte counts."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import mpicomp
+
+ROOT = Path(__file__).resolve().parents[1]
+MPIEXEC = str(Path(sys.executable).parent / "mpiexec")
+TINY = ["--layers", "2", "--width", "32", "--heads", "2", "--context", "32", "--batch", "4", "--steps", "4",
+        "--lr", "1e-2", "--corpus-bytes", "300000"]
+
+
+def train(tmp_path, name, *flags):
+    log = tmp_path / f"{name}.json"
+    cmd = [MPIEXEC, "-n", "2", sys.executable, str(ROOT / "examples" / "train_gpt.py"), *TINY, *flags,
+           "--log", str(log)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=os.environ.copy())
+    assert r.returncode == 0, f"{' '.join(cmd)} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    assert "final loss" in r.stdout and "step 4/4" in r.stdout, r.stdout
+    return json.loads(log.read_text())
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("train_gpt")
+    return {
+        "dp": train(tmp, "dp", "--dp", "2", "--policy", "hybrid"),
+        "dp_again": train(tmp, "dp_again", "--dp", "2", "--policy", "hybrid"),
+        "tp_hybrid": train(tmp, "tp_hybrid", "--tp", "2", "--policy", "hybrid"),
+        "tp_none": train(tmp, "tp_none", "--tp", "2", "--policy", "none"),
+        "pp": train(tmp, "pp", "--pp", "2", "--policy", "naive", "--micro-batches", "2"),
+    }
+
+
+def losses(log):
+    return [s["loss"] for s in log["steps"]]
+
+
+def test_log_and_determinism(runs):
+    log = runs["dp"]
+    assert log["mesh"] == {"dp": 2, "tp": 1, "pp": 1} and log["world_size"] == 2
+    assert log["policy"]["dp.gradients"] == "int4:block=32" and log["policy"]["dp.error_feedback"] is True
+    assert [s["step"] for s in log["steps"]] == [1, 2, 3, 4]
+    assert losses(log) == losses(runs["dp_again"])
+    assert [s["bytes"] for s in log["steps"]] == [s["bytes"] for s in runs["dp_again"]["steps"]]
+    assert log["final_loss"] == losses(log)[-1]  # the mean of the last max(1, steps // 10)
+    for run in runs.values():
+        assert losses(run)[-1] < losses(run)[0] - 0.3, losses(run)
+    assert len({run["parameters"] for run in runs.values()}) == 1  # the same model in every layout
+
+
+def test_bytes_follow_the_policy(runs):
+    # dp=2: one bucket of all parameters, each rank sends half of it twice (int4, 32-element blocks)
+    dp = runs["dp"]["steps"][0]["bytes_by_kind"]
+    assert dp == {"dp.gradients": 2 * mpicomp.codec("int4:block=32").encoded_bytes(runs["dp"]["parameters"])}
+    hybrid, none = runs["tp_hybrid"]["steps"][0], runs["tp_none"]["steps"][0]
+    assert set(none["bytes_by_kind"]) == {"tp.forward", "tp.backward", "dp.gradients"}
+    assert none["bytes_by_kind"]["dp.gradients"] == 0  # one replica: nothing to average
+    # tp traffic under hybrid is int8: 1 + 4/256 bytes per float32 instead of 4
+    assert hybrid["bytes"] * 3.9 < none["bytes"] < hybrid["bytes"] * 4
+    assert set(runs["pp"]["steps"][0]["bytes_by_kind"]) >= {"pp.forward", "pp.backward"}

@@ -1,0 +1,127 @@
+"""The DDP hook against torch's own DDP over gloo, and allreduce_gradients against a float64
+mean exchanged with plain mpi4py."""
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from mpi4py import MPI
+
+import mpicomp
+import mpicomp.torch as mt
+
+WORLD = MPI.COMM_WORLD
+RANK, N = WORLD.Get_rank(), WORLD.Get_size()
+
+
+def toy_model(seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4))
+
+
+def toy_batch(step, rank=RANK):
+    g = torch.Generator().manual_seed(1000 * rank + step)
+    x = torch.randn(6, 8, generator=g)
+    return x, torch.sin(x[:, :4] * 2) + 0.1 * torch.randn(6, 4, generator=g)
+
+
+def ddp(model, group=None):
+    # a tiny bucket cap: several buckets, so per-bucket state is exercised
+    return torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.0005, process_group=group)
+
+
+def test_hook_none_matches_plain_ddp(gloo):
+    mesh = mt.Mesh(dp=N)
+    plain, hooked = ddp(toy_model()), ddp(toy_model(), mesh.torch_group("dp"))
+    hooked.register_comm_hook(*mt.ddp_hook(codec="none", comm=mesh.dp))
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (plain, hooked)]
+    for step in range(3):
+        x, y = toy_batch(step)
+        grads = []
+        for m, opt in zip((plain, hooked), opts):
+            opt.zero_grad()
+            F.mse_loss(m(x), y).backward()
+            grads.append([p.grad.clone() for p in m.parameters()])
+            opt.step()
+        for a, b in zip(*grads):
+            if N == 2:
+                torch.testing.assert_close(b, a, rtol=0, atol=0)
+            else:
+                # Both scale by 1/3 first, then gloo's ring and MPICH add the three terms
+                # in different orders: a few ulps of the largest term apart
+                torch.testing.assert_close(b, a, rtol=0, atol=4e-7 * a.abs().max().item())
+
+
+def train_toy(codec, error_feedback, steps=60):
+    model = toy_model()
+    m = ddp(model)
+    state, hook = mt.ddp_hook(codec=codec, comm=WORLD, error_feedback=error_feedback)
+    m.register_comm_hook(state, hook)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    x, y = toy_batch(0)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = F.mse_loss(m(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(WORLD.allreduce(loss.item()) / N)
+    return model, state, losses
+
+
+def test_sign_with_error_feedback_still_learns(gloo):
+    mpicomp.config.min_bytes = 0  # compress even these small buckets
+    model, state, losses = train_toy("sign", True)
+    assert losses[-1] < 0.5 * losses[0], losses
+    assert len(state.feedback) > 1 and all(ef.residual is not None for _, ef in state.feedback.values())
+    members = sorted(i for ids, _ in state.feedback.values() for i in ids)
+    assert members == sorted(id(p) for p in model.parameters())  # one residual per bucket, all covered
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    assert all(torch.equal(flat, other) for other in WORLD.allgather(flat)), "replicas diverged"
+
+
+def test_allreduce_gradients_none_is_the_mean():
+    model = toy_model()
+    unused = torch.nn.Parameter(torch.ones(3))
+    model.register_parameter("unused", unused)
+    x, y = toy_batch(0)
+    F.mse_loss(model(x), y).backward()
+    used = [p for p in model.parameters() if p is not unused]
+    mine = [p.grad.double().numpy().copy() for p in used]
+    mt.allreduce_gradients(model, comm=WORLD, codec="none", bucket_bytes=600)
+    assert len(mt.ddp._reducers[model][1].buckets) > 2
+    for p, g in zip(used, mine):
+        np.testing.assert_allclose(p.grad.double().numpy(), WORLD.allreduce(g, op=MPI.SUM) / N, rtol=1e-6, atol=1e-8)
+    assert torch.equal(unused.grad, torch.zeros(3))
+
+
+def test_allreduce_gradients_error_feedback_converges_to_the_mean():
+    """Same gradients every step: with int4 + error feedback (one residual per bucket, kept
+    between calls) the average of the results approaches the exact mean; without it the
+    rounding of every step is the same and does not average out."""
+    mpicomp.config.min_bytes = 0
+    errors = {}
+    for ef in (True, False):
+        model = toy_model()
+        x, y = toy_batch(0)
+        F.mse_loss(model(x), y).backward()
+        mine = [p.grad.clone() for p in model.parameters()]
+        exact = [WORLD.allreduce(g.double().numpy(), op=MPI.SUM) / N for g in mine]
+        total = [np.zeros_like(e) for e in exact]
+        steps = 20
+        for _ in range(steps):
+            for p, g in zip(model.parameters(), mine):
+                p.grad = g.clone()
+            mt.allreduce_gradients(model, comm=WORLD, codec="int4", error_feedback=ef, bucket_bytes=1024)
+            total = [t + p.grad.double().numpy() for t, p in zip(total, model.parameters())]
+        scale = max(np.abs(e).max() for e in exact)
+        errors[ef] = max(np.abs(t / steps - e).max() for t, e in zip(total, exact)) / scale
+    assert errors[True] < 0.01, errors
+    assert errors[False] > 5 * errors[True], errors
+
+
+def test_mismatched_models_raise_on_every_rank():
+    model = torch.nn.Linear(4, 4 + (RANK == 0))
+    model(torch.ones(1, 4)).sum().backward()
+    with pytest.raises(mpicomp.ShapeMismatchError):
+        mt.allreduce_gradients(model, comm=WORLD, codec="int8")
+    WORLD.Barrier()

@@ -1,0 +1,120 @@
+"""Tensor-parallel layers and the GPipe schedule against the same model in one process
+(every rank builds the reference from the same seed and compares its own shard)."""
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from mpi4py import MPI
+
+import mpicomp
+import mpicomp.torch as mt
+
+WORLD = MPI.COMM_WORLD
+RANK, N = WORLD.Get_rank(), WORLD.Get_size()
+TOL = {"rtol": 1e-5, "atol": 1e-6}
+
+
+def tp_and_reference(policy=None):
+    torch.manual_seed(3)
+    ref = torch.nn.Sequential(torch.nn.Linear(8, 12), torch.nn.GELU(), torch.nn.Linear(12, 8))
+    torch.manual_seed(3)
+    tp = torch.nn.Sequential(mt.ColumnParallelLinear(8, 12, WORLD, policy=policy), torch.nn.GELU(),
+                             mt.RowParallelLinear(12, 8, WORLD, policy=policy))
+    return tp, ref
+
+
+def run(model, seed=5):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(4, 5, 8, generator=g).requires_grad_()
+    w = torch.randn(4, 5, 8, generator=g)
+    y = model(x)
+    (y * w).sum().backward()
+    return y.detach(), x.grad
+
+
+def test_mlp_matches_single_process():
+    tp, ref = tp_and_reference()
+    (y, gx), (y_ref, gx_ref) = run(tp), run(ref)
+    torch.testing.assert_close(y, y_ref, **TOL)
+    torch.testing.assert_close(gx, gx_ref, **TOL)
+    k = 12 // N
+    rows = slice(RANK * k, (RANK + 1) * k)
+    torch.testing.assert_close(tp[0].weight.grad, ref[0].weight.grad[rows], **TOL)
+    torch.testing.assert_close(tp[0].bias.grad, ref[0].bias.grad[rows], **TOL)
+    torch.testing.assert_close(tp[2].weight.grad, ref[2].weight.grad[:, rows], **TOL)
+    torch.testing.assert_close(tp[2].bias.grad, ref[2].bias.grad, **TOL)
+
+
+def test_compressed_tp_is_close_and_counted():
+    mpicomp.config.min_bytes = 0
+    mt.traffic.reset()
+    tp, ref = tp_and_reference(mt.Policy(tp={"forward": "int8", "backward": "bf16"}))
+    (y, gx), (y_ref, gx_ref) = run(tp), run(ref)
+    assert 0 < (y - y_ref).abs().max() < 0.02 * y_ref.abs().max()
+    assert 0 < (gx - gx_ref).abs().max() < 0.02 * gx_ref.abs().max()
+    enc = {kind: mpicomp.codec(c).encoded_bytes(4 * 5 * 8) for kind, c in (("forward", "int8"), ("backward", "bf16"))}
+    assert dict(mt.traffic.bytes) == {("tp", k): 2 * (N - 1) * b // N for k, b in enc.items()}
+
+
+def test_layer_arguments():
+    with pytest.raises(mpicomp.ArgumentError, match=f"out_features={N + 1} is not divisible by the tensor-parallel "
+                                                    f"size {N}"):
+        mt.ColumnParallelLinear(4, N + 1, WORLD)
+    with pytest.raises(mpicomp.ArgumentError, match="policy must be an mpicomp.torch.Policy or None, got str"):
+        mt.RowParallelLinear(N, 4, WORLD, policy="int8")
+
+
+def stages_and_reference():
+    torch.manual_seed(11)
+    ref = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(6, 6), torch.nn.Tanh()) for _ in range(N)])
+    return copy.deepcopy(ref[RANK]), ref
+
+
+def micro_batches(count=3):
+    g = torch.Generator().manual_seed(2)
+    return [torch.randn(4, 6, generator=g) for _ in range(count)], [torch.randn(4, 6, generator=g) for _ in range(count)]
+
+
+def test_gpipe_matches_single_process():
+    stage, ref = stages_and_reference()
+    xs, ts = micro_batches()
+    loss = mt.GPipe(stage, WORLD, activation_shape=(4, 6)).step(xs, ts, F.mse_loss)
+    ref_loss = sum(F.mse_loss(ref(x), t) for x, t in zip(xs, ts)) / len(xs)
+    ref_loss.backward()
+    assert loss == pytest.approx(ref_loss.item(), rel=1e-6)
+    for p, q in zip(stage.parameters(), ref[RANK].parameters()):
+        torch.testing.assert_close(p.grad, q.grad, **TOL)
+
+
+def test_gpipe_compressed_traffic():
+    mpicomp.config.min_bytes = 0
+    mt.traffic.reset()
+    stage, ref = stages_and_reference()
+    xs, ts = micro_batches()
+    loss = mt.GPipe(stage, WORLD, (4, 6), policy=mt.Policy(pp="bf16")).step(xs, ts, F.mse_loss)
+    ref_loss = sum(F.mse_loss(ref(x), t) for x, t in zip(xs, ts)).item() / len(xs)
+    assert loss == pytest.approx(ref_loss, rel=1e-2)
+    sent = {("pp", "forward"): 0 if RANK == N - 1 else 3 * 48, ("pp", "backward"): 0 if RANK == 0 else 3 * 48}
+    assert {k: mt.traffic.bytes[k] for k in sent} == sent  # bf16: 2 bytes for each of 24 elements
+
+
+def test_gpipe_wrong_shape_raises_on_every_stage():
+    stage, _ = stages_and_reference()
+    if RANK == 0:
+        stage = torch.nn.Sequential(stage, torch.nn.Linear(6, 5))
+    xs, ts = micro_batches()
+    match = r"stage 0 output has shape \(4, 5\), but activation_shape is \(4, 6\)"
+    with pytest.raises(mpicomp.ArgumentError, match=match if RANK == 0 else "stage 0 failed in its forward pass"):
+        mt.GPipe(stage, WORLD, (4, 6)).step(xs, ts, F.mse_loss)
+    WORLD.Barrier()
+
+
+def test_gpipe_stages_disagreeing_on_the_shape_raise_on_every_stage():
+    stage, _ = stages_and_reference()
+    xs, ts = micro_batches()
+    shape = (4, 7) if RANK == N - 1 else (4, 6)
+    match = "24 float32 .* expects .* 28 float32" if RANK == N - 1 else f"stage {N - 1} failed in its forward pass"
+    with pytest.raises(mpicomp.ShapeMismatchError, match=match):
+        mt.GPipe(stage, WORLD, shape).step(xs, ts, F.mse_loss)
+    WORLD.Barrier()
