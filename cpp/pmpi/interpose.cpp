@@ -213,9 +213,12 @@ void on_init() {
   PMPI_Query_thread(&level);
   g_threads = level == MPI_THREAD_MULTIPLE;
   if (!error.empty()) {
+    // Every rank says it before aborting: the first MPI_Abort may end the job before any
+    // other rank (rank 0 included) has written a line.
     int rank = 0;
     PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    if (rank == 0) std::fprintf(stderr, "mpicomp (LD_PRELOAD): invalid setting %s\n", error.c_str());
+    std::fprintf(stderr, "mpicomp (LD_PRELOAD), rank %d: invalid setting %s\n", rank, error.c_str());
+    std::fflush(stderr);
     PMPI_Abort(MPI_COMM_WORLD, 2);
   }
   // No eager path: it only pays in thread-multiple programs, below min_bytes anyway.
