@@ -15,17 +15,14 @@ from mpi4py import MPI
 
 import mpicomp
 
-from ..errors import ArgumentError, CodecError
+from .. import powersgd
+from ..errors import ArgumentError
 from .traffic import traffic
 
 __all__ = ["DDPHookState", "ddp_hook", "GradientReducer", "allreduce_gradients"]
 
 
 def _checked_codec(codec):
-    name = codec.name if isinstance(codec, mpicomp.Codec) else str(codec).partition(":")[0].strip()
-    if name == "powersgd":
-        raise CodecError("codec 'powersgd' is not implemented yet in the mpicomp core (it comes with GPU "
-                         "support); use 'int4' or 'sign' with error_feedback=True for aggressive compression")
     return mpicomp.codec(codec)
 
 
@@ -50,14 +47,37 @@ def _average(flat, comm, codec, feedback):
         flat.copy_(host)
 
 
+def _average_tensors(grads, comm, codec, feedback):
+    """Averages each tensor of grads in place. A wire codec sends them as one flat message
+    (feedback: one ErrorFeedback, or None); "powersgd" compresses each matrix on its own, as
+    torch's powerSGD_hook does (feedback(i): the ErrorFeedback of tensor i, or None), and
+    sends the rest (biases, norms) exactly in one flat message."""
+    lowrank = codec.id is None
+    flat_part = [g for g in grads if not (lowrank and powersgd.compresses(codec, tuple(g.shape)))]
+    if flat_part:
+        flat = torch.cat([g.reshape(-1) for g in flat_part])
+        _average(flat, comm, mpicomp.codec("none") if lowrank else codec, None if lowrank else feedback)
+        offset = 0
+        for g in flat_part:
+            g.copy_(flat[offset:offset + g.numel()].view_as(g))
+            offset += g.numel()
+    if lowrank:
+        for i, g in enumerate(grads):
+            if powersgd.compresses(codec, tuple(g.shape)):
+                m = g.contiguous()
+                _average(m, comm, codec, feedback(i))
+                g.copy_(m)
+
+
 class DDPHookState:
     """State of :func:`ddp_hook`: the user's knobs and the per-bucket error feedback.
 
     Args:
         codec: codec spec or mpicomp.Codec for the gradient buckets. "none" gives the same
             average as DDP without a hook; "int8" (3.9x fewer bytes) is safe without error
-            feedback; "int4" (7.8x) and "sign" (28x) want ``error_feedback=True``.
-            "powersgd" raises CodecError: it is not in the core yet.
+            feedback; "int4" (7.8x) and "sign" (28x) want ``error_feedback=True``, as does
+            "powersgd" (rank-r factors of each weight matrix, Vogels et al. 2019: e.g.
+            "powersgd:rank=4"; vectors such as biases go exactly).
         comm: the data-parallel communicator (``mesh.dp``, or COMM_WORLD for pure DP). Its
             ranks must be the DDP process group's ranks in the same order: give DDP
             ``process_group=mesh.torch_group("dp")``.
@@ -79,13 +99,16 @@ class DDPHookState:
         self.feedback = {}
 
     def _feedback_for(self, bucket):
+        """The bucket's ErrorFeedback (a wire codec), or a function of a tensor's index in
+        the bucket giving its own ("powersgd"); None without error feedback."""
         if not self.error_feedback or self.codec.id == 0:
             return None
         members = tuple(id(p) for p in bucket.parameters())
         entry = self.feedback.get(bucket.index())
         if entry is None or entry[0] != members:
-            entry = self.feedback[bucket.index()] = (members, mpicomp.ErrorFeedback())
-        return entry[1]
+            efs = [mpicomp.ErrorFeedback() for _ in members] if self.codec.id is None else mpicomp.ErrorFeedback()
+            entry = self.feedback[bucket.index()] = (members, efs)
+        return entry[1].__getitem__ if self.codec.id is None else entry[1]
 
 
 def compressed_allreduce_hook(state, bucket):
@@ -97,7 +120,10 @@ def compressed_allreduce_hook(state, bucket):
     it, trading DDP's overlap of communication and computation for fewer bytes.
     """
     buf = bucket.buffer()
-    _average(buf, state.comm, state.codec, state._feedback_for(bucket))
+    if state.codec.id is None:
+        _average_tensors(bucket.gradients(), state.comm, state.codec, state._feedback_for(bucket) or (lambda i: None))
+    else:
+        _average(buf, state.comm, state.codec, state._feedback_for(bucket))
     fut = torch.futures.Future()
     fut.set_result(buf)
     return fut
@@ -153,21 +179,19 @@ class GradientReducer:
             else:
                 last.append(p)
         lossy = error_feedback and self.codec.id != 0
-        self.feedback = [mpicomp.ErrorFeedback() if lossy else None for _ in self.buckets]
+        if self.codec.id is None:  # powersgd: one ErrorFeedback per tensor
+            self.feedback = [[mpicomp.ErrorFeedback() for _ in b].__getitem__ if lossy else (lambda i: None)
+                             for b in self.buckets]
+        else:
+            self.feedback = [mpicomp.ErrorFeedback() if lossy else None for _ in self.buckets]
 
     def __call__(self):
         """Replaces every parameter's .grad by its average over comm."""
         for params, ef in zip(self.buckets, self.feedback):
-            flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
-            _average(flat, self.comm, self.codec, ef)
-            offset = 0
             for p in params:
-                part = flat[offset:offset + p.numel()].view_as(p)
-                offset += p.numel()
                 if p.grad is None:
-                    p.grad = part.clone()
-                else:
-                    p.grad.copy_(part)
+                    p.grad = torch.zeros_like(p)
+            _average_tensors([p.grad for p in params], self.comm, self.codec, ef)
 
 
 _reducers = weakref.WeakKeyDictionary()
