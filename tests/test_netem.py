@@ -43,7 +43,8 @@ def test_per_rank_links_carry_mpi_traffic():
     before = namespaces()
     prog = ("from mpi4py import MPI; import socket, subprocess; c = MPI.COMM_WORLD; "
             "a = subprocess.run(['ip', '-4', 'addr', 'show', 'eth0'], capture_output=True, text=True).stdout; "
-            "r = c.gather((c.allreduce(c.rank + 1), '10.213.0.%d' % (c.rank + 1) in a)); "
+            "import os; mine = '10.213.0.%d' % (c.rank + 1); "
+            "r = c.gather((c.allreduce(c.rank + 1), mine in a and os.environ['MPICOMP_NETEM_ADDR'] == mine)); "
             "print(r if c.rank == 0 else '', flush=True)")
     r = netem("--rate", "1gbit", "--per-rank", "--", MPIEXEC, "-n", "2", sys.executable, "-c", prog)
     assert r.returncode == 0, r.stderr

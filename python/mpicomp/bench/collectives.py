@@ -81,9 +81,10 @@ def _gloo(comm):
             import socket
 
             with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
+                s.bind(("", 0))
                 port = s.getsockname()[1]
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        # bench/netem --per-rank: every rank has its own loopback, rank 0 is at its link address
+        os.environ["MASTER_ADDR"] = comm.bcast(os.environ.get("MPICOMP_NETEM_ADDR", "127.0.0.1"))
         os.environ["MASTER_PORT"] = str(comm.bcast(port))
         dist.init_process_group("gloo", rank=comm.rank, world_size=comm.size)
     return dist
