@@ -180,6 +180,7 @@ def main(argv=None):
     world = MPI.COMM_WORLD
     torch.set_num_threads(args.threads)  # under mpiexec torch would drop to one thread
     mpicomp.config.min_bytes = args.min_bytes
+    mpicomp.config.compress_local = 1  # one machine stands in for several nodes
     mesh = mt.Mesh(dp=args.dp, tp=args.tp, pp=args.pp, comm=world)
     policy = mt.Policy.preset(args.policy, aggressive=args.aggressive, mild=args.mild)
     data = load_corpus(args.corpus_bytes)

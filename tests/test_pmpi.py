@@ -15,7 +15,8 @@ SOURCE = Path(__file__).parent / "pmpi" / "check_collectives.c"
 
 
 def mpiexec(n, *cmd, timeout=240, **env):
-    full = {**os.environ, "LD_PRELOAD": PRELOAD, **env}
+    # All ranks share this machine: compress there too, unless a test says otherwise.
+    full = {**os.environ, "LD_PRELOAD": PRELOAD, "MPICOMP_COMPRESS_LOCAL": "1", **env}
     return subprocess.run([str(BIN / "mpiexec"), "-n", str(n), *map(str, cmd)], capture_output=True, text=True,
                           timeout=timeout, env=full)
 
@@ -52,6 +53,15 @@ def test_stats_table_at_finalize(program):
     assert int(compressed) > 0 and int(calls) > int(compressed)  # small and integer calls pass through
     assert float(bytes_sent) < float(bytes_in) / 3               # int4: ~7.8x smaller per stage
     assert int(rows["MPI_Reduce_scatter_block"][1]) > 0 and int(rows["MPI_Allgather"][1]) > 0
+
+
+def test_node_local_calls_pass_through_by_default(program):
+    """Without MPICOMP_COMPRESS_LOCAL the ranks of one node keep the MPI library's own
+    shared-memory collectives: exact results, nothing compressed."""
+    r = mpiexec(2, program, "off", MPICOMP_CODEC="int4", MPICOMP_STATS="1", MPICOMP_COMPRESS_LOCAL="0")
+    assert r.returncode == 0 and "off: 0 failed checks" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
+    rows = {line.split()[0]: line.split()[1:] for line in r.stdout.splitlines() if line.strip().startswith("MPI_")}
+    assert int(rows["MPI_Allreduce"][0]) > 0 and all(int(v[1]) == 0 for v in rows.values())
 
 
 @pytest.mark.parametrize("var,value", [("MPICOMP_CODEC", "int9"), ("MPICOMP_ALLREDUCE_CODEC", "int8:block=33"),

@@ -248,9 +248,9 @@ PYBIND11_MODULE(_core, m) {
 
   m.def("get_config", [] {
     Config c = config();
-    return py::make_tuple(c.min_bytes, c.eager_bytes, c.segment_bytes);
+    return py::make_tuple(c.min_bytes, c.eager_bytes, c.segment_bytes, size_t(c.compress_local));
   });
-  m.def("set_config", [](size_t min_bytes, size_t eager_bytes, size_t segment_bytes) {
-    set_config(Config{min_bytes, eager_bytes, segment_bytes});
+  m.def("set_config", [](size_t min_bytes, size_t eager_bytes, size_t segment_bytes, size_t compress_local) {
+    set_config(Config{min_bytes, eager_bytes, segment_bytes, compress_local != 0});
   });
 }

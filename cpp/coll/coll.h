@@ -28,6 +28,9 @@ void allgather(MPI_Comm comm, const void* x, void* y, const CollArgs& a);
 // Point to point on the caller's communicator and tag; count elements.
 void send(MPI_Comm comm, const void* x, int dest, int tag, const CollArgs& a);
 void recv(MPI_Comm comm, void* y, int source, int tag, const CollArgs& a);
+// True when every rank of comm shares this node's memory (locality.cpp). Collective on the
+// first call for a communicator, cached after.
+bool node_local(MPI_Comm comm);
 // This rank found its own arguments invalid: takes part in the agreement so that every
 // other rank of the collective raises ShapeMismatchError instead of waiting forever.
 void reject(MPI_Comm comm, Coll coll);

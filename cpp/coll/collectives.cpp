@@ -17,7 +17,7 @@ Engine& engine_of(const CollArgs& a) { return a.engine ? *a.engine : cpu_engine(
 size_t accum_size(DType t) { return (t == DType::f16 || t == DType::bf16) ? 4 : dtype_size(t); }
 
 // What travels: compression only pays above the configured size and with someone to talk to.
-Signature signature(Coll coll, const CollArgs& a, const CommInfo& ci, const Config& cfg) {
+Signature signature(Coll coll, const CollArgs& a, const CommInfo& ci, const Config& cfg, MPI_Comm comm) {
   Signature s;
   s.coll = coll;
   s.count = a.count;
@@ -25,8 +25,11 @@ Signature signature(Coll coll, const CollArgs& a, const CommInfo& ci, const Conf
   s.block = is_blockwise(a.spec.id) ? a.spec.block : 0;
   s.dtype = a.dtype;
   s.avg = a.avg;
+  // Asked on every call, whatever the rest decides: on a communicator's first use it is a
+  // collective, which every rank must reach (reject() asks too).
+  bool local = ci.size > 1 && node_local(comm);
   bool small = a.count * dtype_size(a.dtype) < cfg.min_bytes;
-  s.wire = (small || ci.size == 1) ? CodecId::none : a.spec.id;
+  s.wire = (small || ci.size == 1 || (local && !cfg.compress_local)) ? CodecId::none : a.spec.id;
   return s;
 }
 
@@ -60,6 +63,9 @@ void set_config(const Config& c) {
 }
 
 void reject(MPI_Comm comm, Coll coll) {
+  // The others may be finding out whether the communicator is node-local (a collective on
+  // its first use): take part, as their call would have.
+  if (CommInfo(comm).size > 1) node_local(comm);
   Signature s;
   s.coll = coll;
   s.invalid = 1;
@@ -69,7 +75,7 @@ void reject(MPI_Comm comm, Coll coll) {
 void allreduce(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   CommInfo ci(comm);
   const Config cfg = config();
-  Signature sig = signature(Coll::allreduce, a, ci, cfg);
+  Signature sig = signature(Coll::allreduce, a, ci, cfg, comm);
   const float scale = a.avg ? 1.f / float(ci.size) : 1.f;
   Engine& e = engine_of(a);
   const size_t bytes = a.count * dtype_size(a.dtype);
@@ -122,7 +128,7 @@ void allreduce(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
 void reduce_scatter(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   CommInfo ci(comm);
   const Config cfg = config();
-  Signature sig = signature(Coll::reduce_scatter, a, ci, cfg);
+  Signature sig = signature(Coll::reduce_scatter, a, ci, cfg, comm);
   handshake(comm, sig);
   if (a.count == 0) return;
   const float scale = a.avg ? 1.f / float(ci.size) : 1.f;
@@ -143,7 +149,7 @@ void reduce_scatter(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
 void allgather(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   CommInfo ci(comm);
   const Config cfg = config();
-  Signature sig = signature(Coll::allgather, a, ci, cfg);
+  Signature sig = signature(Coll::allgather, a, ci, cfg, comm);
   handshake(comm, sig);
   if (a.count == 0) return;
   MPI_Datatype mt = mpi_type(a.dtype);

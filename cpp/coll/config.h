@@ -15,6 +15,9 @@ struct Config {
   // Input bytes per pipelined message: encoding of one segment overlaps the transfer of
   // the previous ones.
   size_t segment_bytes = 1 << 20;
+  // Compress also when all ranks share one node's memory. Off by default: there the MPI
+  // library's shared-memory copies beat encoding (bench/results), so compression is skipped.
+  bool compress_local = false;
 };
 
 Config config();

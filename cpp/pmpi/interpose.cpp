@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <chrono>
+#include <thread>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -79,6 +80,9 @@ std::optional<CollArgs> decide(Coll coll, MPI_Count count, MPI_Datatype dt, MPI_
       comm == MPI_COMM_NULL || size_t(count) * dtype_size(t) < g_settings.min_bytes)
     return std::nullopt;
   if (PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter) return std::nullopt;
+  // Every rank reaches this with the same arguments, so all ask (a collective on the
+  // communicator's first use) and all decide alike.
+  if (!g_settings.compress_local && node_local(comm)) return std::nullopt;
   CollArgs a;
   a.spec = *codec;
   a.dtype = t;
@@ -213,16 +217,18 @@ void on_init() {
   PMPI_Query_thread(&level);
   g_threads = level == MPI_THREAD_MULTIPLE;
   if (!error.empty()) {
-    // Every rank says it before aborting: the first MPI_Abort may end the job before any
-    // other rank (rank 0 included) has written a line.
+    // Every rank says it before aborting, and gives the launcher a moment to pass the line
+    // on: the first MPI_Abort ends the job, and with it output still in the launcher's pipes
+    // (seen with hydra: the message was lost in about one run in three without the pause).
     int rank = 0;
     PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
     std::fprintf(stderr, "mpicomp (LD_PRELOAD), rank %d: invalid setting %s\n", rank, error.c_str());
     std::fflush(stderr);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
     PMPI_Abort(MPI_COMM_WORLD, 2);
   }
   // No eager path: it only pays in thread-multiple programs, below min_bytes anyway.
-  set_config(Config{g_settings.min_bytes, 0, g_settings.segment_bytes});
+  set_config(Config{g_settings.min_bytes, 0, g_settings.segment_bytes, g_settings.compress_local});
   g_active = true;
 }
 

@@ -89,7 +89,8 @@ bool read_settings(Settings& s, std::string& error) {
   }
   return read_size("MPICOMP_MIN_BYTES", s.min_bytes, error) &&
          read_size("MPICOMP_SEGMENT_BYTES", s.segment_bytes, error) &&
-         read_flag("MPICOMP_ERROR_FEEDBACK", s.error_feedback, error) && read_flag("MPICOMP_STATS", s.stats, error);
+         read_flag("MPICOMP_ERROR_FEEDBACK", s.error_feedback, error) && read_flag("MPICOMP_STATS", s.stats, error) &&
+         read_flag("MPICOMP_COMPRESS_LOCAL", s.compress_local, error);
 }
 
 }  // namespace mpicomp::pmpi

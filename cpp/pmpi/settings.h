@@ -15,6 +15,7 @@ struct Settings {
   size_t segment_bytes = 1 << 20;
   bool error_feedback = false;   // keyed by (communicator, receive buffer, count)
   bool stats = false;
+  bool compress_local = false;   // also on communicators whose ranks share one node
 };
 
 // Parses the MPICOMP_* variables. On an invalid value returns false and sets `error` to a

@@ -18,6 +18,11 @@ attribute          environment variable        meaning
 ``segment_bytes``  ``MPICOMP_SEGMENT_BYTES``   input bytes per pipelined message: encoding
                                                of one segment overlaps sending the previous.
                                                Default 1 MiB.
+``compress_local`` ``MPICOMP_COMPRESS_LOCAL``  1: compress also when all ranks of the
+                                               communicator share one node's memory. Default
+                                               0: there MPI's shared-memory copies beat any
+                                               codec (README, "Measured"), so collectives
+                                               send uncompressed (send/recv still compress).
 =================  ==========================  ============================================
 
 ``mpicomp-config --preload`` (or ``python -m mpicomp --preload``) prints the path of
@@ -33,8 +38,9 @@ from .errors import ArgumentError
 
 __all__ = ["config"]
 
-_FIELDS = ("min_bytes", "eager_bytes", "segment_bytes")
-_LIMITS = {"min_bytes": (0, 1 << 62), "eager_bytes": (0, 65536), "segment_bytes": (1024, 1 << 31)}
+_FIELDS = ("min_bytes", "eager_bytes", "segment_bytes", "compress_local")
+_LIMITS = {"min_bytes": (0, 1 << 62), "eager_bytes": (0, 65536), "segment_bytes": (1024, 1 << 31),
+           "compress_local": (0, 1)}
 
 
 class _Config:

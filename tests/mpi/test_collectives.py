@@ -296,3 +296,18 @@ def test_integers_exact_with_none_only():
         mpicomp.allreduce(x, codec="int8")
     with pytest.raises(mpicomp.ArgumentError, match="avg"):
         mpicomp.allreduce(x, codec="none", op="avg")
+
+
+@pytest.mark.parametrize("coll", ["allreduce", "reduce_scatter", "allgather"])
+def test_node_local_communicators_skip_compression_by_default(coll):
+    """Every rank here shares one machine: by default (config.compress_local = 0) the
+    collectives send uncompressed, exactly as codec "none"; with it set they compress."""
+    x = np.random.default_rng(WORLD.rank).standard_normal(WORLD.size * 5000).astype(np.float32)
+    fn = getattr(mpicomp, coll)
+    mpicomp.config.min_bytes = 0
+    exact = fn(x, comm=WORLD, codec="none")
+    mpicomp.config.compress_local = 0
+    assert np.array_equal(fn(x, comm=WORLD, codec="int4"), exact)
+    mpicomp.config.compress_local = 1
+    lossy = fn(x, comm=WORLD, codec="int4")
+    assert WORLD.size == 1 or not np.array_equal(lossy, exact)

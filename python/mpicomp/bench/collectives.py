@@ -109,6 +109,12 @@ def _peer(name, op, x, y, comm, cache):
 def run(args, comm=MPI.COMM_WORLD):
     op = OPS[args.command]
     p, rank = comm.size, comm.rank
+    # A benchmark of codecs compresses on ranks of one node too, unless told otherwise.
+    if "MPICOMP_COMPRESS_LOCAL" not in os.environ:
+        config.compress_local = 1
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    skip_local = not config.compress_local and node.Get_size() == p
+    node.Free()
     compare = [c for c in args.compare.split(",") if c] if args.compare else []
     if args.device != "cpu":
         raise SystemExit("mpicomp-bench: --device cuda: this build has no CUDA support")
@@ -149,7 +155,7 @@ def run(args, comm=MPI.COMM_WORLD):
                            max_rel_error=None)
                 if kind == "mpicomp":
                     c = what
-                    compressed = c.id != 0 and nbytes >= config.min_bytes and p > 1
+                    compressed = c.id != 0 and nbytes >= config.min_bytes and p > 1 and not skip_local
                     rec["ratio"] = x.nbytes / c.encoded_bytes(x.size) if compressed else 1.0
                     if args.validation:
                         op.run(x, y, c, comm)
@@ -162,6 +168,7 @@ def run(args, comm=MPI.COMM_WORLD):
                 results[(rec["impl"], rec["codec"], nbytes)] = rec
     records = sorted(results.values(), key=lambda r: (r["impl"] != "mpi", r["impl"] != "gloo", r["codec"], r["size"]))
     notes = [f"sizes: bytes of float32 input per rank; iterations: {args.iterations or 'OSU defaults'}, best of "
-             f"{args.rounds} rounds; compression below {config.min_bytes} bytes: off (mpicomp.config.min_bytes)"]
+             f"{args.rounds} rounds; compression below {config.min_bytes} bytes: off (mpicomp.config.min_bytes)"
+             + ("; ranks of one node: uncompressed (MPICOMP_COMPRESS_LOCAL=0)" if skip_local else "")]
     labels = {"mpi": "the MPI library's own, through mpi4py", "gloo": "torch.distributed, gloo backend"}
     return report.finish(args, comm, op.name, notes, records, failures, labels)

@@ -27,6 +27,9 @@ class Traffic:
     reduce-scatter stage then an allgather stage, each rank sending all parts but its own);
     a send counts the encoded message. Headers (a few bytes per message) are left out.
     Messages below ``mpicomp.config.min_bytes`` count uncompressed, as the core sends them.
+    On communicators whose ranks share one node the core sends uncompressed unless
+    ``mpicomp.config.compress_local`` is set; the counter still reports the codec's bytes
+    (what a run across nodes sends), as examples/train_gpt.py, which sets it, does.
     """
 
     def __init__(self):

@@ -38,9 +38,14 @@ def gloo():
 
 @pytest.fixture(autouse=True)
 def _same_config():
-    """Tests that change mpicomp.config get it back as it was."""
+    """Tests that change mpicomp.config get it back as it was. All ranks of these tests
+    share one machine, where collectives skip compression unless config.compress_local is
+    set: the tests set it, to exercise the codecs (test_collectives.py checks the default)."""
     import mpicomp
 
-    saved = (mpicomp.config.min_bytes, mpicomp.config.eager_bytes, mpicomp.config.segment_bytes)
+    fields = ("min_bytes", "eager_bytes", "segment_bytes", "compress_local")
+    saved = [getattr(mpicomp.config, f) for f in fields]
+    mpicomp.config.compress_local = 1
     yield
-    mpicomp.config.min_bytes, mpicomp.config.eager_bytes, mpicomp.config.segment_bytes = saved
+    for f, v in zip(fields, saved):
+        setattr(mpicomp.config, f, v)
