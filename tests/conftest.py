@@ -1,5 +1,5 @@
 """Serial test session. tests/mpi and tests/torch/mpi hold the multi-rank tests:
-test_mpi_launch.py and test_torch_launch.py run them under mpiexec with 2 and 3 ranks.
+test_mpi_launch.py runs them under mpiexec with 2 and 3 ranks.
 Collected here, in one process, they would pair ranks that do not exist (a send to oneself
 blocks like MPI_Send does), so a serial run leaves them out."""
 import os

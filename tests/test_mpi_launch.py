@@ -1,4 +1,4 @@
-"""The multi-rank tests (tests/mpi) under a real mpiexec with 2 and 3 ranks,
+"""The multi-rank tests (tests/mpi, tests/torch/mpi) under a real mpiexec with 2 and 3 ranks,
 each with a timeout so that a hang fails instead of blocking."""
 import os
 import subprocess
@@ -11,9 +11,10 @@ HERE = Path(__file__).parent
 MPIEXEC = str(Path(sys.executable).parent / "mpiexec")
 
 
+@pytest.mark.parametrize("suite", ["mpi", "torch/mpi"])
 @pytest.mark.parametrize("n", [2, 3])
-def test_collectives_under_mpiexec(n):
+def test_under_mpiexec(n, suite):
     cmd = [MPIEXEC, "-n", str(n), sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-           "--timeout=240", "--timeout-method=thread", str(HERE / "mpi")]
+           "--timeout=240", "--timeout-method=thread", str(HERE / suite)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=os.environ.copy())
-    assert r.returncode == 0, f"mpiexec -n {n} failed:\n{r.stdout[-6000:]}\n{r.stderr[-6000:]}"
+    assert r.returncode == 0, f"mpiexec -n {n} {suite} failed:\n{r.stdout[-6000:]}\n{r.stderr[-6000:]}"

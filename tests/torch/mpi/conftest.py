@@ -1,22 +1,18 @@
 """Runs in every rank of `mpiexec -n N python -m pytest tests/torch/mpi` (see
-tests/test_torch_launch.py). A rank whose test fails aborts the whole job, so the others do
+tests/test_mpi_launch.py). A rank whose test fails aborts the whole job, so the others do
 not wait in the next collective until the outer timeout. torch.distributed (gloo) is set up
 once per session for the tests that compare against torch's own DDP."""
 import socket
 import sys
+from pathlib import Path
 
 import pytest
 from mpi4py import MPI
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/_ranks.py
+from _ranks import _same_config, pytest_runtest_logreport  # noqa: E402,F401
+
 WORLD = MPI.COMM_WORLD
-
-
-def pytest_runtest_logreport(report):
-    if report.failed and WORLD.Get_size() > 1:
-        sys.stderr.write(f"\n[rank {WORLD.Get_rank()}] FAILED {report.nodeid} ({report.when})\n"
-                         f"{report.longreprtext}\n")
-        sys.stderr.flush()
-        WORLD.Abort(1)
 
 
 @pytest.fixture(scope="session")
@@ -34,18 +30,3 @@ def gloo():
                             world_size=WORLD.Get_size())
     yield dist
     dist.destroy_process_group()
-
-
-@pytest.fixture(autouse=True)
-def _same_config():
-    """Tests that change mpicomp.config get it back as it was. All ranks of these tests
-    share one machine, where collectives skip compression unless config.compress_local is
-    set: the tests set it, to exercise the codecs (test_collectives.py checks the default)."""
-    import mpicomp
-
-    fields = ("min_bytes", "eager_bytes", "segment_bytes", "compress_local")
-    saved = [getattr(mpicomp.config, f) for f in fields]
-    mpicomp.config.compress_local = 1
-    yield
-    for f, v in zip(fields, saved):
-        setattr(mpicomp.config, f, v)
