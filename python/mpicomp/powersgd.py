@@ -26,69 +26,51 @@ import numpy as np
 __all__ = ["allreduce", "compresses"]
 
 
-def _lib(x):
-    if isinstance(x, np.ndarray):
-        return _Numpy
-    return _Torch
+def _is_torch(a):
+    return not isinstance(a, np.ndarray)
 
 
-class _Numpy:
-    @staticmethod
-    def work(x):
-        return x.astype(np.float32, copy=True)
-
-    @staticmethod
-    def random(shape, like, seed):
-        return np.random.default_rng(seed).standard_normal(shape).astype(like.dtype)
-
-    @staticmethod
-    def orthonormal(p):
-        return np.linalg.qr(p)[0]
-
-    @staticmethod
-    def finite(a):
-        return bool(np.isfinite(a).all())
-
-    @staticmethod
-    def out(result, x, out):
-        if out is None:
-            return result.astype(x.dtype).reshape(x.shape)
-        out.reshape(-1)[...] = result.reshape(-1)
-        return out
-
-
-class _Torch:
-    @staticmethod
-    def work(x):
+def _float32(x):
+    if _is_torch(x):
         import torch
 
         return x.to(torch.float32, copy=True)
+    return x.astype(np.float32, copy=True)
 
-    @staticmethod
-    def random(shape, like, seed):
+
+def _random(shape, like, seed):
+    """The same pseudo-random matrix on every rank, as an array like `like`."""
+    q = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    if _is_torch(like):
         import torch
 
-        g = torch.Generator().manual_seed(seed)
-        return torch.randn(shape, generator=g, dtype=like.dtype).to(like.device)
+        return torch.from_numpy(q).to(like.device)
+    return q
 
-    @staticmethod
-    def orthonormal(p):
+
+def _orthonormal(p):
+    if _is_torch(p):
         import torch
 
         return torch.linalg.qr(p, mode="reduced")[0]
+    return np.linalg.qr(p)[0]
 
-    @staticmethod
-    def finite(a):
+
+def _finite(a):
+    if _is_torch(a):
         import torch
 
         return bool(torch.isfinite(a).all())
+    return bool(np.isfinite(a).all())
 
-    @staticmethod
-    def out(result, x, out):
-        if out is None:
-            return result.to(x.dtype).reshape(x.shape)
-        out.reshape(-1).copy_(result.reshape(-1))
-        return out
+
+def _result(r, x, out):
+    r = r.reshape(x.shape)
+    r = r.to(x.dtype) if _is_torch(x) else r.astype(x.dtype)
+    if out is None:
+        return r
+    out[...] = r
+    return out
 
 
 def compresses(c, shape):
@@ -103,25 +85,24 @@ def compresses(c, shape):
 def allreduce(x, comm, c, avg, out, error_feedback, reduce):
     """PowerSGD allreduce of x (checked by the caller; compresses(c, x.shape) holds) with
     codec c; reduce(a) is the exact allreduce (sum) of a float32 array on comm."""
-    lib = _lib(x)
     n, m = x.shape[0], int(np.prod(x.shape[1:]))
     r = min(c.options["rank"], n, m)
-    mat = lib.work(x).reshape(n, m)
+    mat = _float32(x).reshape(n, m)
     ef = error_feedback
     if ef is not None:
         ef._buffer(n * m, mat)
         mat += ef.residual.reshape(n, m)
     q = ef.q if ef is not None else None
     if q is None or tuple(q.shape) != (m, r):
-        q = lib.random((m, r), mat, seed=m * 1000003 + r)
+        q = _random((m, r), mat, seed=m * 1000003 + r)
     p = reduce(mat @ q)
-    if lib.finite(p):  # the same on every rank: all take the same branch
-        p = lib.orthonormal(p)
+    if _finite(p):  # the same on every rank: all take the same branch
+        p = _orthonormal(p)
         q = reduce(mat.T @ p)
-        if lib.finite(q):
+        if _finite(q):
             if ef is not None:
                 ef.residual.reshape(n, m)[...] = mat - p @ (p.T @ mat)
                 ef.q = q / comm.Get_size()  # any scale: P is orthonormalised
             result = p @ q.T
-            return lib.out(result / comm.Get_size() if avg else result, x, out)
-    return lib.out(mat * float("nan"), x, out)
+            return _result(result / comm.Get_size() if avg else result, x, out)
+    return _result(mat * float("nan"), x, out)
