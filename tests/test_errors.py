@@ -39,7 +39,7 @@ def test_bad_input(call, cls, needle):
 
 def test_config_checks_values():
     with pytest.raises(mpicomp.ArgumentError, match="eager_bytes"):
-        mpicomp.config.eager_bytes = 1 << 20
+        mpicomp.config.eager_bytes = 1 << 31
     with pytest.raises(AttributeError, match="no setting"):
         mpicomp.config.threshold = 5
     before = mpicomp.config.min_bytes

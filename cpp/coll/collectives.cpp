@@ -80,21 +80,22 @@ void allreduce(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   Engine& e = engine_of(a);
   const size_t bytes = a.count * dtype_size(a.dtype);
 
-  // Small: the data rides along with the agreement, summed at each recursive-doubling step
-  // (16-bit floats as float32, everything else in its own type).
-  sig.eager = sig.wire == CodecId::none && !a.engine && bytes <= cfg.eager_bytes && a.count * accum_size(a.dtype) <= kEagerMax;
+  // The data rides along with the agreement, summed at each recursive-doubling step (16-bit
+  // floats as float32, everything else in its own type): when small, and on two ranks at any
+  // size, since there recursive doubling moves no more data than MPI's reduce-scatter +
+  // allgather and saves a round of latency. eager_bytes 0 turns both off.
+  MPI_Datatype mt = mpi_type(a.dtype);
+  bool pair = ci.size == 2 && mt != MPI_DATATYPE_NULL;
+  sig.eager = sig.wire == CodecId::none && !a.engine && cfg.eager_bytes && (bytes <= cfg.eager_bytes || pair);
   if (sig.eager) {
-    thread_local std::vector<char> payload;
-    payload.resize(a.count * accum_size(a.dtype));
-    float* wide = reinterpret_cast<float*>(payload.data());
-    bool half = accum_size(a.dtype) != dtype_size(a.dtype);
-    if (half) e.load(a.dtype, x, a.count, nullptr, wide);
-    else if (bytes) std::memcpy(payload.data(), x, bytes);
-    handshake(comm, sig, payload.data(), a.count);
-    if (half) {
-      e.store(wide, a.count, scale, a.dtype, y);
+    if (accum_size(a.dtype) != dtype_size(a.dtype)) {
+      thread_local std::vector<float> wide;
+      wide.resize(a.count);
+      e.load(a.dtype, x, a.count, nullptr, wide.data());
+      handshake(comm, sig, wide.data(), wide.data(), a.count);
+      e.store(wide.data(), a.count, scale, a.dtype, y);
     } else {
-      if (bytes) std::memcpy(y, payload.data(), bytes);
+      handshake(comm, sig, x, y, a.count);
       if (a.avg) divide(y, a.dtype, a.count, ci.size);
     }
     return;
@@ -102,7 +103,6 @@ void allreduce(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
 
   handshake(comm, sig);
   if (a.count == 0) return;
-  MPI_Datatype mt = mpi_type(a.dtype);
   if (sig.wire == CodecId::none && mt != MPI_DATATYPE_NULL && !a.engine) {
     mpi_check(PMPI_Allreduce_c(x == y ? MPI_IN_PLACE : x, y, MPI_Count(a.count), mt, MPI_SUM, comm), "MPI_Allreduce");
     if (a.avg) divide(y, a.dtype, a.count, ci.size);

@@ -34,12 +34,11 @@ struct Signature {
 std::string describe(const Signature& s);
 
 // Exchanges `mine` with all ranks of comm. Throws ShapeMismatchError on every rank when any
-// two disagree. With eager data (allreduce only), sums `eager` (eager_count elements of the
-// accumulation type of mine.dtype: float for 16-bit floats) over all ranks in place.
-void handshake(MPI_Comm comm, const Signature& mine, void* eager = nullptr, size_t eager_count = 0);
-
-// The largest eager payload (bytes of the accumulation type).
-constexpr size_t kEagerMax = 64 * 1024;
+// two disagree. With eager data (allreduce only), sums eager_in (eager_count elements of the
+// accumulation type of mine.dtype: float for 16-bit floats) over all ranks into eager_out,
+// which may be eager_in.
+void handshake(MPI_Comm comm, const Signature& mine, const void* eager_in = nullptr, void* eager_out = nullptr,
+               size_t eager_count = 0);
 
 const char* coll_name(Coll c);
 const char* codec_name(CodecId c);

@@ -28,7 +28,7 @@ class _Context:
 
     def __init__(self, comm):
         self.handle = comm.handle
-        self.comm = comm.Dup()
+        self.comm = _dup(comm)
         self.async_comm = None
         self.executor = None
 
@@ -39,6 +39,14 @@ class _Context:
         for c in (self.comm, self.async_comm):
             if c is not None and c != MPI.COMM_NULL and not MPI.Is_finalized():
                 c.Free()
+
+
+def _dup(comm):
+    # Errors come back as return codes whatever the user's communicator says: the agreement
+    # step discards a truncated receive from a rank that disagrees, then raises.
+    d = comm.Dup()
+    d.Set_errhandler(MPI.ERRORS_RETURN)
+    return d
 
 
 def _delete(comm, keyval, ctx):
@@ -78,6 +86,6 @@ def worker(comm):
     """(duplicate, executor) for non-blocking collectives on `comm`."""
     ctx = _context(comm)
     if ctx.executor is None:
-        ctx.async_comm = comm.Dup()
+        ctx.async_comm = _dup(comm)
         ctx.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mpicomp")
     return ctx.async_comm, ctx.executor

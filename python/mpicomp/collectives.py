@@ -204,7 +204,7 @@ def iallreduce(x, comm=MPI.COMM_WORLD, codec="int8", op="sum", out=None, error_f
     pcomm, out, xptr, yptr, n, dt, c, avg, rptr = _prepare(_ALLREDUCE, acomm, x, codec, out, error_feedback, op, 0,
                                                            tell_in_order)
 
-    def run():
+    def run(keep_alive=x):  # the caller may drop x (a temporary) before this runs
         _core.allreduce(pcomm, xptr, yptr, n, dt, c.id, c.block, avg, rptr)
         return out
 

@@ -12,10 +12,12 @@ attribute          environment variable        meaning
                                                adds time). Default 65536: from there every
                                                codec beat ``none`` on a 10 Gbit/s link
                                                (1 Gbit/s: from 4 KiB; README, "Measured").
-``eager_bytes``    ``MPICOMP_EAGER_BYTES``     allreduces up to this size travel with the
-                                               agreement step itself (one round of latency).
-                                               Default 32768 (at most 65536): up to there it
-                                               beat MPICH's own allreduce on shared memory.
+``eager_bytes``    ``MPICOMP_EAGER_BYTES``     uncompressed allreduces up to this size travel
+                                               with the agreement step itself (one round of
+                                               latency); on two ranks all do, whatever the
+                                               size. Default 32768: up to there it beat
+                                               MPICH's own allreduce on shared memory. 0 turns
+                                               it off. Also send/recv's one-message limit.
 ``segment_bytes``  ``MPICOMP_SEGMENT_BYTES``   input bytes per pipelined message: encoding
                                                of one segment overlaps sending the previous.
                                                Default 1 MiB.
@@ -40,7 +42,7 @@ from .errors import ArgumentError
 __all__ = ["config"]
 
 _FIELDS = ("min_bytes", "eager_bytes", "segment_bytes", "compress_local")
-_LIMITS = {"min_bytes": (0, 1 << 62), "eager_bytes": (0, 65536), "segment_bytes": (1024, 1 << 31),
+_LIMITS = {"min_bytes": (0, 1 << 62), "eager_bytes": (0, 1 << 30), "segment_bytes": (1024, 1 << 31),
            "compress_local": (0, 1)}
 
 

@@ -311,3 +311,27 @@ def test_node_local_communicators_skip_compression_by_default(coll):
     mpicomp.config.compress_local = 1
     lossy = fn(x, comm=WORLD, codec="int4")
     assert WORLD.size == 1 or not np.array_equal(lossy, exact)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64, np.int8])
+@pytest.mark.parametrize("n", [1, 1792, 1793, 9000, 300_001])
+@pytest.mark.parametrize("in_place", [False, True])
+def test_allreduce_inside_the_agreement(dtype, n, in_place):
+    """Uncompressed allreduces that travel with the agreement step (on two ranks at every size,
+    on more up to eager_bytes): the first 7 KiB inside its message, the rest as a second one
+    straight from the buffer. Exact for integers, float32/64 rounding otherwise."""
+    rng = np.random.default_rng(n + WORLD.rank)
+    if np.issubdtype(dtype, np.integer):
+        x = rng.integers(-30, 30, size=n).astype(dtype)
+    else:
+        x = (rng.standard_normal(n) * 10.0 ** rng.uniform(-3, 3, size=n)).astype(dtype)
+    xs = [v.astype(np.float64) for v in WORLD.allgather(x)]
+    exact = np.sum(xs, axis=0)
+    y = mpicomp.allreduce(x, codec="none", out=x if in_place else None)
+    assert y.dtype == dtype and (y is x) == in_place
+    if np.issubdtype(dtype, np.integer):
+        assert np.array_equal(y.astype(np.float64), exact)
+    else:
+        eps = np.finfo(dtype).eps
+        assert np.all(np.abs(y - exact) <= np.sum(np.abs(xs), axis=0) * eps * WORLD.size)
+    assert identical_everywhere(WORLD, y)

@@ -71,6 +71,25 @@ def test_disagreement(kind, coll, what, size_class):
     check_still_works(comm, "allreduce")
 
 
+@pytest.mark.parametrize("theirs", [(np.float32, 5000), (np.float32, 100), (np.float32, 30000), (np.float32, 0),
+                                    (np.float16, 20000), (np.float64, 20000)])
+def test_uncompressed_payloads_that_differ(theirs):
+    """Rank 1's uncompressed allreduce carries another payload than the others' 20000 float32
+    (on two ranks all travel with the agreement step): one inside the header message against
+    one beside it, two beside it of different sizes (one receive truncated), none against
+    some. Every rank raises, and no stray message reaches the next calls."""
+    comm = comm_of("world")
+    if comm.Get_size() < 2:
+        pytest.skip("needs 2 ranks")
+    dtype, n = theirs if comm.Get_rank() == 1 else (np.float32, 20000)
+    with pytest.raises(mpicomp.ShapeMismatchError, match="disagree"):
+        mpicomp.allreduce(np.ones(n, dtype), comm=comm, codec="none")
+    for k in range(3):
+        x = np.arange(40000, dtype=np.float64) * (k + 1) + comm.Get_rank()
+        assert np.array_equal(mpicomp.allreduce(x, comm=comm, codec="none"), sum64(comm, x))
+    check_still_works(comm)
+
+
 def test_disagreement_names_values():
     comm = comm_of("world")
     x = np.ones(1000 + comm.Get_rank(), np.float32)
