@@ -38,12 +38,20 @@ def run_osu(osu, n, sizes, iters, warmup, codec, netem, preload):
     return rows
 
 
+def osu_sizes(text):
+    from mpicomp.bench.options import size  # the installed package, as mpicomp-bench parses -m
+
+    lo, _, hi = text.partition(":")
+    return f"{size(lo)}:{size(hi)}" if hi else str(size(lo))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("osu_dir")
     p.add_argument("--netem", default="", help='bench/netem options, e.g. "--rate 1gbit" (default: shared memory)')
     p.add_argument("-n", type=int, default=2)
-    p.add_argument("-m", default="1024:67108864")
+    p.add_argument("-m", default="1K:64M", type=osu_sizes, metavar="MIN:MAX",
+                   help="bytes, K/M/G suffixes accepted (passed to OSU in plain bytes, which is all it reads)")
     p.add_argument("-i", type=int, default=10)
     p.add_argument("-x", type=int, default=2)
     p.add_argument("--codecs", default="plain,off,none,int8,int4,sign")

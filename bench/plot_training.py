@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Loss curves from examples/train_gpt.py JSON logs: one panel per layout (dp x tp x pp), one
-curve per policy, smoothed over --window steps.
+curve per policy, smoothed over --window steps; --table prints the README's table instead.
 
     bench/plot_training.py LOG.json [...] -o losses.png [--window 20]
+    bench/plot_training.py LOG.json [...] --table
 """
 import argparse
 import json
@@ -13,20 +14,26 @@ import numpy as np
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("logs", nargs="+")
-    p.add_argument("-o", "--output", required=True)
+    p.add_argument("-o", "--output")
     p.add_argument("--window", type=int, default=20)
+    p.add_argument("--table", action="store_true",
+                   help="print final loss, bytes and median seconds per step of each run against the layout's none")
     a = p.parse_args()
+    if a.table == bool(a.output):
+        p.error("give either -o OUTPUT or --table")
+    runs = {}
+    for path in a.logs:
+        log = json.load(open(path))
+        m = log["mesh"]
+        layout = ", ".join(f"{k}={m[k]}" for k in ("dp", "tp", "pp") if m[k] > 1) or "1 rank"
+        runs.setdefault(layout, []).append(log)
+    if a.table:
+        return table(runs)
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs = {}
-    for path in a.logs:
-        log = json.load(open(path))
-        m = log["mesh"]
-        layout = " x ".join(f"{k}={m[k]}" for k in ("dp", "tp", "pp") if m[k] > 1) or "1 rank"
-        runs.setdefault(layout, []).append(log)
     fig, axes = plt.subplots(1, len(runs), figsize=(5.5 * len(runs), 4), squeeze=False)
     kernel = np.ones(a.window) / a.window
     for ax, (layout, logs) in zip(axes[0], sorted(runs.items())):
@@ -43,6 +50,25 @@ def main():
     fig.tight_layout()
     fig.savefig(a.output, dpi=110)
     print(f"plot_training: wrote {a.output}")
+
+
+def table(runs):
+    print("| layout | policy | final loss | vs none | MB / step | fewer bytes | ms / step | speed-up |")
+    print("|---|---|---|---|---|---|---|---|")
+    order = {"none": 0, "naive": 1, "hybrid": 2}
+    for layout, logs in sorted(runs.items()):
+        base = next((l for l in logs if l["args"]["policy"] == "none"), None)
+        for log in sorted(logs, key=lambda l: order.get(l["args"]["policy"], 9)):
+            loss, mb, s = log["final_loss"], log["bytes_per_step"], log.get("seconds_per_step")
+            vs = fewer = speed = ""
+            if base is not None and log is not base:
+                vs = f"{(loss / base['final_loss'] - 1) * 100:+.2f}%"
+                fewer = f"{base['bytes_per_step'] / mb:.2f}x"
+                if s and base.get("seconds_per_step"):
+                    speed = f"{base['seconds_per_step'] / s:.2f}x"
+            ms = "-" if s is None else f"{s * 1e3:.1f}"
+            print(f"| {layout} | {log['args']['policy']} | {loss:.4f} | {vs} | {mb / 1e6:.3f} | {fewer or '1x'} "
+                  f"| {ms} | {speed} |")
 
 
 if __name__ == "__main__":

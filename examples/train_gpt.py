@@ -17,6 +17,7 @@ flags: same losses and byte counts, run after run. Rank 0 prints progress and wr
 
 import argparse
 import json
+import statistics
 import os
 import sys
 import sysconfig
@@ -213,17 +214,20 @@ def main(argv=None):
                     by_kind[f"{dim}.{kind}"] = by_kind.get(f"{dim}.{kind}", 0) + n
             total = sum(by_kind.values())
             tokens_per_s = mesh.dp_size * args.batch * args.context / elapsed
-            log["steps"].append({"step": step, "loss": loss, "tokens_per_s": tokens_per_s, "bytes": total,
-                                 "bytes_by_kind": by_kind})
+            log["steps"].append({"step": step, "loss": loss, "seconds": elapsed, "tokens_per_s": tokens_per_s,
+                                 "bytes": total, "bytes_by_kind": by_kind})
             progress(step, args.steps, loss, tokens_per_s, total)
     if world.Get_rank() == 0:
         tail = log["steps"][-max(1, args.steps // 10):]
         log["final_loss"] = sum(s["loss"] for s in tail) / len(tail)
         log["bytes_per_step"] = sum(s["bytes"] for s in log["steps"]) / args.steps
+        # The median of the steps after the first (warm-up) ones: robust to a stray slow step.
+        log["seconds_per_step"] = statistics.median(s["seconds"] for s in log["steps"][min(5, args.steps - 1):])
         with open(args.log, "w") as f:
             json.dump(log, f, indent=1)
         print(f"final loss {log['final_loss']:.4f} (mean of the last {len(tail)} steps), "
-              f"{log['bytes_per_step'] / 1e6:.3f} MB sent per step (all ranks); log: {args.log}", flush=True)
+              f"{log['bytes_per_step'] / 1e6:.3f} MB sent per step (all ranks), "
+              f"{log['seconds_per_step'] * 1e3:.1f} ms per step (median); log: {args.log}", flush=True)
 
 
 if __name__ == "__main__":

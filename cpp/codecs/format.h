@@ -90,13 +90,14 @@ MPICOMP_HD float bits_f32(uint32_t u) {
 #endif
 }
 
+// The conversions below compute every case and select one, without branches, so that the
+// CPU loops over them vectorise (an early return per case kept them scalar: 0.8 GB/s).
 MPICOMP_HD uint16_t f32_to_bf16(float f) {
   uint32_t u = f32_bits(f);
   // One NaN for all NaNs: the GPU's arithmetic does not keep NaN payloads or signs as the
   // CPU's does, and the encoded bytes must not depend on where they were made.
-  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u;
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return uint16_t(u >> 16);
+  uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  return uint16_t((u & 0x7fffffffu) > 0x7f800000u ? 0x7fc0u : rounded);
 }
 MPICOMP_HD float bf16_to_f32(uint16_t h) { return bits_f32(uint32_t(h) << 16); }
 
@@ -104,27 +105,22 @@ MPICOMP_HD uint16_t f32_to_f16(float f) {
   uint32_t u = f32_bits(f);
   uint32_t sign = (u >> 16) & 0x8000u;
   uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return 0x7e00u;                           // NaN: one for all (see bf16)
-  if (a >= 0x477ff000u) return uint16_t(sign | 0x7c00u);         // rounds to >= 65520: Inf
-  if (a < 0x38800000u) {                                         // subnormal or zero in f16
-    // Adding 0.5 (2^-1) aligns the f16 subnormal grid (2^-24) with float's last mantissa
-    // bit, so the FPU does the round-to-nearest-even for us.
-    float r = bits_f32(a) + 0.5f;
-    return uint16_t(sign | (f32_bits(r) - 0x3f000000u));
-  }
-  uint32_t mant_odd = (a >> 13) & 1u;
-  a += 0xc8000fffu + mant_odd;  // rebias exponent (-112 << 23) and round
-  return uint16_t(sign | (a >> 13));
+  // Normal in f16: rebias the exponent (-112 << 23) and round to nearest even.
+  uint32_t normal = (a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13;
+  // Subnormal or zero in f16: adding 0.5 (2^-1) aligns the f16 subnormal grid (2^-24) with
+  // float's last mantissa bit, so the FPU does the round-to-nearest-even.
+  uint32_t subnormal = f32_bits(bits_f32(a) + 0.5f) - 0x3f000000u;
+  uint32_t h = a < 0x38800000u ? subnormal : normal;
+  h = a >= 0x477ff000u ? 0x7c00u : h;           // rounds to >= 65520: Inf
+  return uint16_t(a > 0x7f800000u ? 0x7e00u : (sign | h));  // NaN: one for all (see bf16)
 }
 MPICOMP_HD float f16_to_f32(uint16_t h) {
   uint32_t sign = uint32_t(h & 0x8000u) << 16;
   uint32_t a = h & 0x7fffu;
-  if (a >= 0x7c00u) return bits_f32(sign | 0x7f800000u | (a & 0x3ffu) << 13);  // Inf / NaN
-  if (a < 0x0400u) {  // subnormal: value = a * 2^-24, exact in float
-    float r = float(a) * 5.9604644775390625e-8f;
-    return bits_f32(sign | f32_bits(r));
-  }
-  return bits_f32(sign | ((a << 13) + 0x38000000u));
+  uint32_t special = 0x7f800000u | (a & 0x3ffu) << 13;                  // Inf / NaN
+  uint32_t subnormal = f32_bits(float(int32_t(a)) * 5.9604644775390625e-8f);  // a * 2^-24, exact
+  uint32_t normal = (a << 13) + 0x38000000u;
+  return bits_f32(sign | (a >= 0x7c00u ? special : a < 0x0400u ? subnormal : normal));
 }
 
 // ---- blockwise arithmetic ----

@@ -51,6 +51,28 @@ void divide(void* y, DType t, size_t n, int size) {
   }
 }
 
+// Sums n elements of x (dtype t) over all ranks inside the agreement (sig.eager), and stores
+// elements [first, first + len) of the sum (the mean with avg) into y as t. The whole sum goes
+// straight into y when y takes all of it and t is summed as itself (no 16-bit widening).
+void eager_sum(MPI_Comm comm, const Signature& sig, Engine& e, DType t, const void* x, size_t n, size_t first,
+               size_t len, bool avg, int size, void* y) {
+  thread_local std::vector<char> whole;
+  const size_t a = accum_size(t);
+  if (a != dtype_size(t)) {  // 16-bit floats: summed as float32
+    whole.resize(n * a);
+    float* wide = reinterpret_cast<float*>(whole.data());
+    e.load(t, x, n, nullptr, wide);
+    handshake(comm, sig, wide, wide, n);
+    e.store(wide + first, len, avg ? 1.f / float(size) : 1.f, t, y);
+    return;
+  }
+  void* sum = y;
+  if (len != n) whole.resize(n * a), sum = whole.data();
+  handshake(comm, sig, x, sum, n);
+  if (sum != y && len) std::memcpy(y, static_cast<char*>(sum) + first * a, len * a);
+  if (avg) divide(y, t, len, size);
+}
+
 }  // namespace
 
 Config config() {
@@ -87,19 +109,7 @@ void allreduce(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   MPI_Datatype mt = mpi_type(a.dtype);
   bool pair = ci.size == 2 && mt != MPI_DATATYPE_NULL;
   sig.eager = sig.wire == CodecId::none && !a.engine && cfg.eager_bytes && (bytes <= cfg.eager_bytes || pair);
-  if (sig.eager) {
-    if (accum_size(a.dtype) != dtype_size(a.dtype)) {
-      thread_local std::vector<float> wide;
-      wide.resize(a.count);
-      e.load(a.dtype, x, a.count, nullptr, wide.data());
-      handshake(comm, sig, wide.data(), wide.data(), a.count);
-      e.store(wide.data(), a.count, scale, a.dtype, y);
-    } else {
-      handshake(comm, sig, x, y, a.count);
-      if (a.avg) divide(y, a.dtype, a.count, ci.size);
-    }
-    return;
-  }
+  if (sig.eager) return eager_sum(comm, sig, e, a.dtype, x, a.count, 0, a.count, a.avg, ci.size, y);
 
   handshake(comm, sig);
   if (a.count == 0) return;
@@ -129,16 +139,21 @@ void reduce_scatter(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   CommInfo ci(comm);
   const Config cfg = config();
   Signature sig = signature(Coll::reduce_scatter, a, ci, cfg, comm);
+  const float scale = a.avg ? 1.f / float(ci.size) : 1.f;
+  Engine& e = engine_of(a);
+  // Small: the whole input is summed inside the agreement, as a small allreduce is, and each
+  // rank keeps its part (one round of latency instead of two).
+  const size_t total = a.count * ci.size;
+  sig.eager = sig.wire == CodecId::none && !a.engine && cfg.eager_bytes && total * dtype_size(a.dtype) <= cfg.eager_bytes;
+  if (sig.eager) return eager_sum(comm, sig, e, a.dtype, x, total, a.count * ci.rank, a.count, a.avg, ci.size, y);
   handshake(comm, sig);
   if (a.count == 0) return;
-  const float scale = a.avg ? 1.f / float(ci.size) : 1.f;
   MPI_Datatype mt = mpi_type(a.dtype);
   if (sig.wire == CodecId::none && mt != MPI_DATATYPE_NULL && !a.engine) {
     mpi_check(PMPI_Reduce_scatter_block_c(x, y, MPI_Count(a.count), mt, MPI_SUM, comm), "MPI_Reduce_scatter_block");
     if (a.avg) divide(y, a.dtype, a.count, ci.size);
     return;
   }
-  Engine& e = engine_of(a);
   Spec wire{sig.wire, a.spec.block};
   Layout L = equal_layout(ci.size, a.count, segment_elems(wire, a.dtype, cfg.segment_bytes));
   float* acc = e.scratch_f32(0, a.count);
@@ -150,6 +165,17 @@ void allgather(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   CommInfo ci(comm);
   const Config cfg = config();
   Signature sig = signature(Coll::allgather, a, ci, cfg, comm);
+  // Small: every rank puts its block in place in a zeroed output, and a bitwise-or of the
+  // outputs inside the agreement gathers them, bytes exactly (a sum would turn -0 into +0).
+  const size_t block = a.count * dtype_size(a.dtype);
+  sig.eager = sig.wire == CodecId::none && !a.engine && cfg.eager_bytes && block * ci.size <= cfg.eager_bytes;
+  if (sig.eager) {
+    char* out = static_cast<char*>(y);
+    if (block && x != out + ci.rank * block) std::memcpy(out + ci.rank * block, x, block);
+    std::memset(out, 0, ci.rank * block);
+    std::memset(out + (ci.rank + 1) * block, 0, (ci.size - ci.rank - 1) * block);
+    return handshake(comm, sig, out, out, block * ci.size);
+  }
   handshake(comm, sig);
   if (a.count == 0) return;
   MPI_Datatype mt = mpi_type(a.dtype);

@@ -46,6 +46,14 @@ void add_payload(DType t, void* acc, const void* src, const void* in, size_t n) 
 
 size_t accum_size(DType t) { return (t == DType::f16 || t == DType::bf16) ? 4 : dtype_size(t); }
 
+// acc = src | in, bytewise: an allgather's payloads, zero outside each rank's own block.
+void or_bytes(void* acc, const void* src, const void* in, size_t n) {
+  uint8_t* a = static_cast<uint8_t*>(acc);
+  const uint8_t* s = static_cast<const uint8_t*>(src);
+  const uint8_t* b = static_cast<const uint8_t*>(in);
+  for (size_t i = 0; i < n; ++i) a[i] = s[i] | b[i];
+}
+
 // Per-thread scratch, kept between calls: an agreement allocates only when a payload grows.
 char* scratch(int which, size_t bytes) {
   thread_local std::vector<char> b[4];
@@ -72,6 +80,7 @@ struct Exchange {
   void* acc;        // the running sum
   size_t bytes;     // of the payload, the same on every rank that agrees
   DType dtype;
+  bool gather;      // payloads are combined by bitwise or (allgather), not summed
   char* out = scratch(2, kMessageMax);
   char* in_msg = scratch(3, kMessageMax);
 
@@ -88,7 +97,8 @@ struct Exchange {
       std::memcpy(mine.witness_rank, other.witness_rank, sizeof mine.witness_rank);
     }
     if (!(mine.flags & kDisagree) && bytes) {
-      add_payload(dtype, acc, src, payload, bytes / accum_size(dtype));
+      if (gather) or_bytes(acc, src, payload, bytes);
+      else add_payload(dtype, acc, src, payload, bytes / accum_size(dtype));
       src = acc;
     }
   }
@@ -202,9 +212,10 @@ void handshake(MPI_Comm comm, const Signature& mine, const void* eager_in, void*
   ex.mine.sig = mine;
   ex.mine.witness_rank[0] = ex.mine.witness_rank[1] = -1;
   ex.dtype = mine.dtype;
+  ex.gather = mine.coll == Coll::allgather;
   ex.src = eager_in;
   ex.acc = eager_out;
-  ex.bytes = eager_out ? eager_count * accum_size(mine.dtype) : 0;
+  ex.bytes = !eager_out ? 0 : ex.gather ? eager_count : eager_count * accum_size(mine.dtype);
   if (ci.size == 1 && ex.bytes && eager_in != eager_out) std::memcpy(eager_out, eager_in, ex.bytes);
   if (ci.size > 1) {
     // Recursive doubling; the first 2*rem ranks pair up first so a power of two remains.

@@ -335,3 +335,38 @@ def test_allreduce_inside_the_agreement(dtype, n, in_place):
         eps = np.finfo(dtype).eps
         assert np.all(np.abs(y - exact) <= np.sum(np.abs(xs), axis=0) * eps * WORLD.size)
     assert identical_everywhere(WORLD, y)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64, np.int8])
+@pytest.mark.parametrize("n", [1, 1000, 100_000])
+def test_uncompressed_allgather_moves_bytes_exactly(dtype, n):
+    """codec none: random bytes (NaN payloads, -0.0, subnormals among them) arrive as sent,
+    whether small (or-ed together inside the agreement step) or large (MPI's allgather)."""
+    bits = np.random.default_rng(n + WORLD.rank).integers(0, 256, n * np.dtype(dtype).itemsize, dtype=np.uint8)
+    y = mpicomp.allgather(bits.view(dtype), codec="none")
+    assert y.dtype == dtype and y.shape == (n * WORLD.size,)
+    assert np.array_equal(y.view(np.uint8), np.concatenate(WORLD.allgather(bits)))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float64, np.int32])
+@pytest.mark.parametrize("k", [1, 700, 50_000])
+@pytest.mark.parametrize("op", ["sum", "avg"])
+def test_uncompressed_reduce_scatter_dtypes(dtype, k, op):
+    """codec none, small (summed inside the agreement step, each rank keeping its part) and
+    large, against a float64 reduction; integers exactly."""
+    if op == "avg" and dtype == np.int32:
+        pytest.skip("avg is for floating-point data")
+    rng = np.random.default_rng(k + WORLD.rank)
+    x = rng.integers(-50, 50, k * WORLD.size).astype(dtype) if dtype == np.int32 else \
+        rng.standard_normal(k * WORLD.size).astype(dtype)
+    mine = slice(WORLD.rank * k, (WORLD.rank + 1) * k)
+    exact = np.sum([v.astype(np.float64)[mine] for v in WORLD.allgather(x)], axis=0)
+    if op == "avg":
+        exact /= WORLD.size
+    y = mpicomp.reduce_scatter(x, codec="none", op=op)
+    assert y.dtype == dtype and y.shape == (k,)
+    if dtype == np.int32:
+        assert np.array_equal(y, exact)
+    else:  # float32 accumulation of 16-bit input, one rounding to the output dtype
+        tol = np.abs(exact) * (2.0**-10 if dtype == np.float16 else 2.0**-50) + 2.0**-20 * WORLD.size * 8
+        assert np.all(np.abs(y.astype(np.float64) - exact) <= tol)

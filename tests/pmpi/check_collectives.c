@@ -32,7 +32,7 @@ static void tolerance(const double* x, size_t n, double* tol) {
     for (size_t i = b; i < e; ++i) m = fmax(m, fabs(x[i]));
     for (size_t i = b; i < e; ++i) {
       double rel = !strcmp(codec, "fp16") ? ldexp(1, -11) : !strcmp(codec, "bf16") ? ldexp(1, -8) : 0;
-      tol[i] += (q > 0 ? m / q : 0) + rel * fabs(x[i]);
+      tol[i] += (q > 0 ? m / q + ldexp(m, -21) : 0) + rel * fabs(x[i]);  /* + float32 rounding, as codecs.py */
     }
   }
 }
