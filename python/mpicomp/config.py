@@ -12,12 +12,13 @@ attribute          environment variable        meaning
                                                adds time). Default 65536: from there every
                                                codec beat ``none`` on a 10 Gbit/s link
                                                (1 Gbit/s: from 4 KiB; README, "Measured").
-``eager_bytes``    ``MPICOMP_EAGER_BYTES``     uncompressed allreduces up to this size travel
-                                               with the agreement step itself (one round of
-                                               latency); on two ranks all do, whatever the
-                                               size. Default 32768: up to there it beat
-                                               MPICH's own allreduce on shared memory. 0 turns
-                                               it off. Also send/recv's one-message limit.
+``eager_bytes``    ``MPICOMP_EAGER_BYTES``     uncompressed allreduces (reduce-scatter
+                                               inputs, allgather outputs) up to this size
+                                               travel with the agreement step itself (one
+                                               round of latency); on two ranks all
+                                               allreduces do, whatever the size. Default
+                                               32768. 0 turns it off. Also send/recv's
+                                               one-message limit.
 ``segment_bytes``  ``MPICOMP_SEGMENT_BYTES``   input bytes per pipelined message: encoding
                                                of one segment overlaps sending the previous.
                                                Default 1 MiB.
