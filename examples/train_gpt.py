@@ -17,8 +17,8 @@ flags: same losses and byte counts, run after run. Rank 0 prints progress and wr
 
 import argparse
 import json
-import statistics
 import os
+import statistics
 import sys
 import sysconfig
 import time

@@ -14,8 +14,6 @@ Config g_config;
 
 Engine& engine_of(const CollArgs& a) { return a.engine ? *a.engine : cpu_engine(); }
 
-size_t accum_size(DType t) { return (t == DType::f16 || t == DType::bf16) ? 4 : dtype_size(t); }
-
 // What travels: compression only pays above the configured size and with someone to talk to.
 Signature signature(Coll coll, const CollArgs& a, const CommInfo& ci, const Config& cfg, MPI_Comm comm) {
   Signature s;

@@ -44,8 +44,6 @@ void add_payload(DType t, void* acc, const void* src, const void* in, size_t n) 
   }
 }
 
-size_t accum_size(DType t) { return (t == DType::f16 || t == DType::bf16) ? 4 : dtype_size(t); }
-
 // acc = src | in, bytewise: an allgather's payloads, zero outside each rank's own block.
 void or_bytes(void* acc, const void* src, const void* in, size_t n) {
   uint8_t* a = static_cast<uint8_t*>(acc);
@@ -174,6 +172,8 @@ struct Exchange {
 };
 
 }  // namespace
+
+size_t accum_size(DType t) { return (t == DType::f16 || t == DType::bf16) ? 4 : dtype_size(t); }
 
 const char* coll_name(Coll c) {
   switch (c) {

@@ -41,6 +41,10 @@ std::string describe(const Signature& s);
 void handshake(MPI_Comm comm, const Signature& mine, const void* eager_in = nullptr, void* eager_out = nullptr,
                size_t eager_count = 0);
 
+// Bytes per element in which eager payloads are summed: float32 for 16-bit floats, else the
+// dtype itself.
+size_t accum_size(DType t);
+
 const char* coll_name(Coll c);
 const char* codec_name(CodecId c);
 const char* dtype_name(DType t);
