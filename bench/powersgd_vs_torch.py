@@ -11,8 +11,6 @@ compressed gradients, the relative error of one step's mean (max |approx - exact
 """
 import argparse
 import json
-import os
-import socket
 
 import numpy as np
 import torch
@@ -24,17 +22,6 @@ import mpicomp
 import mpicomp.torch as mt
 
 SHAPES = [(512, 512), (2048, 512), (512, 2048), (512,)]  # attention, MLP up / down, a bias
-
-
-def init_gloo(comm):
-    port = None
-    if comm.rank == 0:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ["MASTER_PORT"] = str(comm.bcast(port))
-    dist.init_process_group("gloo", rank=comm.rank, world_size=comm.size)
 
 
 class Fixed(torch.nn.Module):
@@ -76,7 +63,7 @@ def main():
     p.add_argument("--json")
     a = p.parse_args()
     comm = MPI.COMM_WORLD
-    init_gloo(comm)
+    mt.init_process_group(comm, "gloo")
     # low-rank-ish gradients, as in training: a few strong directions plus noise
     g = torch.Generator().manual_seed(comm.rank)
     grads = [torch.randn(s[0], 8, generator=g) @ torch.randn(8, s[1], generator=g) + 0.3 * torch.randn(s, generator=g)

@@ -71,22 +71,12 @@ def _bound(op, xs, exact, c, comm):
 
 
 def _gloo(comm):
-    import os
-
     import torch.distributed as dist
 
     if not dist.is_initialized():
-        port = None
-        if comm.rank == 0:
-            import socket
+        from ..torch import init_process_group
 
-            with socket.socket() as s:
-                s.bind(("", 0))
-                port = s.getsockname()[1]
-        # bench/netem --per-rank: every rank has its own loopback, rank 0 is at its link address
-        os.environ["MASTER_ADDR"] = comm.bcast(os.environ.get("MPICOMP_NETEM_ADDR", "127.0.0.1"))
-        os.environ["MASTER_PORT"] = str(comm.bcast(port))
-        dist.init_process_group("gloo", rank=comm.rank, world_size=comm.size)
+        init_process_group(comm, "gloo")
     return dist
 
 

@@ -8,6 +8,7 @@ compressed tensor- and pipeline-parallel layers, and the policy that picks a cod
     state, hook = mt.ddp_hook(codec=policy.codec("dp", "gradients"), comm=mesh.dp)
 """
 
+from .distributed import init_process_group
 from .ddp import DDPHookState, GradientReducer, allreduce_gradients, compressed_allreduce_hook, ddp_hook
 from .mesh import Mesh
 from .pipeline import GPipe
@@ -17,7 +18,7 @@ from .tensor_parallel import (ColumnParallelLinear, RowParallelLinear, copy_to_t
 from .traffic import Traffic, traffic
 
 __all__ = [
-    "Mesh", "Policy",
+    "Mesh", "Policy", "init_process_group",
     "ddp_hook", "DDPHookState", "compressed_allreduce_hook", "GradientReducer", "allreduce_gradients",
     "ColumnParallelLinear", "RowParallelLinear", "copy_to_tensor_parallel", "reduce_from_tensor_parallel",
     "GPipe", "Traffic", "traffic",

@@ -2,7 +2,6 @@
 tests/test_mpi_launch.py). A rank whose test fails aborts the whole job, so the others do
 not wait in the next collective until the outer timeout. torch.distributed (gloo) is set up
 once per session for the tests that compare against torch's own DDP."""
-import socket
 import sys
 from pathlib import Path
 
@@ -17,16 +16,9 @@ WORLD = MPI.COMM_WORLD
 
 @pytest.fixture(scope="session")
 def gloo():
-    """torch.distributed over gloo with COMM_WORLD's ranks; rank 0 picks a free port."""
-    import torch.distributed as dist
+    """torch.distributed over gloo with COMM_WORLD's ranks."""
+    import mpicomp.torch as mt
 
-    port = None
-    if WORLD.Get_rank() == 0:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-    port = WORLD.bcast(port, root=0)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=WORLD.Get_rank(),
-                            world_size=WORLD.Get_size())
+    dist = mt.init_process_group(WORLD, "gloo")
     yield dist
     dist.destroy_process_group()
