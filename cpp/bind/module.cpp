@@ -76,7 +76,15 @@ void check_combination(int dt, int codec, bool avg) {
                                          dtype_name(DType(dt)));
 }
 
-py::tuple numpy_args(const py::array& x, py::handle out, int out_mode, int size) {
+struct NumpyArgs {
+  py::array y;
+  void* xp;
+  void* yp;
+  size_t n;
+  int dt;
+};
+
+NumpyArgs numpy_args(const py::array& x, py::handle out, int out_mode, int size) {
   int dt = checked_dtype(x, "x");
   size_t n = size_t(x.size()), m = n;
   if (out_mode == 1) {
@@ -107,7 +115,7 @@ py::tuple numpy_args(const py::array& x, py::handle out, int out_mode, int size)
                                            std::to_string(m));
     if (!y.writeable()) throw Error(ErrorKind::argument, "out is read-only");
   }
-  return py::make_tuple(y, reinterpret_cast<uintptr_t>(x.data()), reinterpret_cast<uintptr_t>(y.data()), n, dt);
+  return NumpyArgs{y, const_cast<void*>(x.data()), y.mutable_data(), n, dt};
 }
 
 CollArgs args(int codec, uint32_t block, int dtype, size_t count, bool avg, uintptr_t residual) {
@@ -138,7 +146,10 @@ PYBIND11_MODULE(_core, m) {
     }
   });
 
-  m.def("numpy_args", &numpy_args);
+  m.def("numpy_args", [](const py::array& x, py::handle out, int out_mode, int size) {
+    NumpyArgs t = numpy_args(x, out, out_mode, size);
+    return py::make_tuple(t.y, reinterpret_cast<uintptr_t>(t.xp), reinterpret_cast<uintptr_t>(t.yp), t.n, t.dt);
+  });
   m.def("check_combination", &check_combination);
   // A whole collective on numpy arrays in one call (the common case; its checks are a few
   // hundred nanoseconds here against microseconds in Python). Argument errors reach the other
@@ -148,10 +159,10 @@ PYBIND11_MODULE(_core, m) {
     MPI_Comm c = comm_of(comm);
     int size = 1;
     PMPI_Comm_size(c, &size);
-    py::tuple t;
+    NumpyArgs t;
     try {
       t = numpy_args(x, out, coll == int(Coll::reduce_scatter) ? 1 : coll == int(Coll::allgather) ? 2 : 0, size);
-      check_combination(t[4].cast<int>(), codec, avg);
+      check_combination(t.dt, codec, avg);
     } catch (const Error&) {
       try {
         py::gil_scoped_release nogil;
@@ -160,10 +171,10 @@ PYBIND11_MODULE(_core, m) {
       }
       throw;
     }
-    auto xp = ptr<void>(t[1].cast<uintptr_t>());
-    auto yp = ptr<void>(t[2].cast<uintptr_t>());
-    size_t n = t[3].cast<size_t>();
-    CollArgs a = args(codec, block, t[4].cast<int>(), n, avg, 0);
+    void* xp = t.xp;
+    void* yp = t.yp;
+    size_t n = t.n;
+    CollArgs a = args(codec, block, t.dt, n, avg, 0);
     {
       py::gil_scoped_release nogil;
       if (coll == int(Coll::allreduce)) {
@@ -175,7 +186,7 @@ PYBIND11_MODULE(_core, m) {
         allgather(c, xp, yp, a);
       }
     }
-    return py::object(t[0]);
+    return t.y;
   });
   m.def("numpy_info", [](const py::array& a, const char* name) {
     int dt = checked_dtype(a, name);

@@ -50,23 +50,24 @@ void divide(void* y, DType t, size_t n, int size) {
 }
 
 // Sums n elements of x (dtype t) over all ranks inside the agreement (sig.eager), and stores
-// elements [first, first + len) of the sum (the mean with avg) into y as t. The whole sum goes
-// straight into y when y takes all of it and t is summed as itself (no 16-bit widening).
-void eager_sum(MPI_Comm comm, const Signature& sig, Engine& e, DType t, const void* x, size_t n, size_t first,
-               size_t len, bool avg, int size, void* y) {
+// elements [first, first + len) of the sum (the mean with avg) into y as t; kind is sum or
+// halve (handshake.h). The sum goes straight into y when y takes all of it and t is summed
+// as itself (no 16-bit widening).
+void eager_sum(MPI_Comm comm, const Signature& sig, Engine& e, Payload::Kind kind, DType t, const void* x, size_t n,
+               size_t first, size_t len, bool avg, int size, void* y) {
   thread_local std::vector<char> whole;
   const size_t a = accum_size(t);
   if (a != dtype_size(t)) {  // 16-bit floats: summed as float32
     whole.resize(n * a);
     float* wide = reinterpret_cast<float*>(whole.data());
     e.load(t, x, n, nullptr, wide);
-    handshake(comm, sig, wide, wide, n);
+    handshake(comm, sig, Payload{kind, wide, wide, n});
     e.store(wide + first, len, avg ? 1.f / float(size) : 1.f, t, y);
     return;
   }
   void* sum = y;
   if (len != n) whole.resize(n * a), sum = whole.data();
-  handshake(comm, sig, x, sum, n);
+  handshake(comm, sig, Payload{kind, x, sum, n});
   if (sum != y && len) std::memcpy(y, static_cast<char*>(sum) + first * a, len * a);
   if (avg) divide(y, t, len, size);
 }
@@ -107,7 +108,7 @@ void allreduce(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   MPI_Datatype mt = mpi_type(a.dtype);
   bool pair = ci.size == 2 && mt != MPI_DATATYPE_NULL;
   sig.eager = sig.wire == CodecId::none && !a.engine && cfg.eager_bytes && (bytes <= cfg.eager_bytes || pair);
-  if (sig.eager) return eager_sum(comm, sig, e, a.dtype, x, a.count, 0, a.count, a.avg, ci.size, y);
+  if (sig.eager) return eager_sum(comm, sig, e, Payload::sum, a.dtype, x, a.count, 0, a.count, a.avg, ci.size, y);
 
   handshake(comm, sig);
   if (a.count == 0) return;
@@ -139,14 +140,17 @@ void reduce_scatter(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   Signature sig = signature(Coll::reduce_scatter, a, ci, cfg, comm);
   const float scale = a.avg ? 1.f / float(ci.size) : 1.f;
   Engine& e = engine_of(a);
-  // Small: the whole input is summed inside the agreement, as a small allreduce is, and each
-  // rank keeps its part (one round of latency instead of two).
+  // The data rides along with the agreement when small, and on two ranks at any size (each
+  // sends the half the other keeps, as MPI does; 16-bit floats would travel widened, so
+  // large ones take the path below).
   const size_t total = a.count * ci.size;
-  sig.eager = sig.wire == CodecId::none && !a.engine && cfg.eager_bytes && total * dtype_size(a.dtype) <= cfg.eager_bytes;
-  if (sig.eager) return eager_sum(comm, sig, e, a.dtype, x, total, a.count * ci.rank, a.count, a.avg, ci.size, y);
+  MPI_Datatype mt = mpi_type(a.dtype);
+  sig.eager = sig.wire == CodecId::none && !a.engine && cfg.eager_bytes &&
+              (total * dtype_size(a.dtype) <= cfg.eager_bytes || (ci.size == 2 && mt != MPI_DATATYPE_NULL));
+  if (sig.eager)
+    return eager_sum(comm, sig, e, Payload::halve, a.dtype, x, total, a.count * ci.rank, a.count, a.avg, ci.size, y);
   handshake(comm, sig);
   if (a.count == 0) return;
-  MPI_Datatype mt = mpi_type(a.dtype);
   if (sig.wire == CodecId::none && mt != MPI_DATATYPE_NULL && !a.engine) {
     mpi_check(PMPI_Reduce_scatter_block_c(x, y, MPI_Count(a.count), mt, MPI_SUM, comm), "MPI_Reduce_scatter_block");
     if (a.avg) divide(y, a.dtype, a.count, ci.size);
@@ -163,17 +167,12 @@ void allgather(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   CommInfo ci(comm);
   const Config cfg = config();
   Signature sig = signature(Coll::allgather, a, ci, cfg, comm);
-  // Small: every rank puts its block in place in a zeroed output, and a bitwise-or of the
-  // outputs inside the agreement gathers them, bytes exactly (a sum would turn -0 into +0).
+  // The blocks ride along with the agreement, each received straight into place, when small
+  // and on two ranks at any size (there it is MPI's own exchange). Bytes, whatever the dtype.
   const size_t block = a.count * dtype_size(a.dtype);
-  sig.eager = sig.wire == CodecId::none && !a.engine && cfg.eager_bytes && block * ci.size <= cfg.eager_bytes;
-  if (sig.eager) {
-    char* out = static_cast<char*>(y);
-    if (block && x != out + ci.rank * block) std::memcpy(out + ci.rank * block, x, block);
-    std::memset(out, 0, ci.rank * block);
-    std::memset(out + (ci.rank + 1) * block, 0, (ci.size - ci.rank - 1) * block);
-    return handshake(comm, sig, out, out, block * ci.size);
-  }
+  sig.eager = sig.wire == CodecId::none && !a.engine && cfg.eager_bytes &&
+              (block * ci.size <= cfg.eager_bytes || ci.size == 2);
+  if (sig.eager) return handshake(comm, sig, Payload{Payload::gather, x, y, block});
   handshake(comm, sig);
   if (a.count == 0) return;
   MPI_Datatype mt = mpi_type(a.dtype);

@@ -19,6 +19,7 @@ struct Header {
   int32_t rank;
   int32_t witness_rank[2];
   uint64_t payload_bytes;  // the eager data message that follows (0: none)
+  uint64_t expect_bytes;   // what this rank expects in return from the same peer
   Signature sig;
   Signature witness[2];  // two ranks that disagree, for the message
 };
@@ -44,14 +45,6 @@ void add_payload(DType t, void* acc, const void* src, const void* in, size_t n) 
   }
 }
 
-// acc = src | in, bytewise: an allgather's payloads, zero outside each rank's own block.
-void or_bytes(void* acc, const void* src, const void* in, size_t n) {
-  uint8_t* a = static_cast<uint8_t*>(acc);
-  const uint8_t* s = static_cast<const uint8_t*>(src);
-  const uint8_t* b = static_cast<const uint8_t*>(in);
-  for (size_t i = 0; i < n; ++i) a[i] = s[i] | b[i];
-}
-
 // Per-thread scratch, kept between calls: an agreement allocates only when a payload grows.
 char* scratch(int which, size_t bytes) {
   thread_local std::vector<char> b[4];
@@ -69,24 +62,29 @@ constexpr size_t kInline = 7 * 1024;
 constexpr size_t kMessageMax = sizeof(Header) + kInline;
 size_t rest(size_t bytes) { return bytes > kInline ? bytes - kInline : 0; }
 
+struct Span {
+  void* p;
+  size_t n;  // bytes
+};
+
 // One agreement. The rest of a payload is received while the headers are: both are posted
 // before either is waited for. Only when the headers show the ranks disagree on the payload
 // is a posted receive cancelled, or an unexpected rest drained: every message is matched.
 struct Exchange {
   Header mine;
-  const void* src;  // what this rank sends: its input, then the running sum
-  void* acc;        // the running sum
-  size_t bytes;     // of the payload, the same on every rank that agrees
-  DType dtype;
-  bool gather;      // payloads are combined by bitwise or (allgather), not summed
+  Payload data;
+  const char* src;  // sums: what this rank sends, its input and then the running sum
+  size_t elem;      // bytes per summed element
   char* out = scratch(2, kMessageMax);
   char* in_msg = scratch(3, kMessageMax);
 
   const Header& in() const { return *reinterpret_cast<const Header*>(in_msg); }
+  bool agreed() const { return !(mine.flags & kDisagree); }
 
-  void merge(const Header& other, const void* payload) {
+  // Folds a peer's header into this rank's view of the agreement.
+  void note(const Header& other) {
     mine.flags |= other.flags;
-    if (!(mine.flags & kDisagree) && !(other.sig == mine.sig)) {
+    if (agreed() && !(other.sig == mine.sig)) {
       mine.flags |= kDisagree;
       mine.witness[0] = mine.sig;  mine.witness_rank[0] = mine.rank;
       mine.witness[1] = other.sig; mine.witness_rank[1] = other.rank;
@@ -94,42 +92,44 @@ struct Exchange {
       std::memcpy(mine.witness, other.witness, sizeof mine.witness);
       std::memcpy(mine.witness_rank, other.witness_rank, sizeof mine.witness_rank);
     }
-    if (!(mine.flags & kDisagree) && bytes) {
-      if (gather) or_bytes(acc, src, payload, bytes);
-      else add_payload(dtype, acc, src, payload, bytes / accum_size(dtype));
-      src = acc;
-    }
+  }
+  // Sums: out[at..] = src[at..] + the received values; sends go from the sum from then on.
+  void add(size_t at, const void* received, size_t bytes) {
+    char* acc = static_cast<char*>(data.out);
+    add_payload(mine.sig.dtype, acc + at, src + at, received, bytes / elem);
+    src = acc;
   }
 
-  void post_send(MPI_Comm c, int peer, MPI_Request* r) {
-    mine.payload_bytes = bytes;
+  void post_send(MPI_Comm c, int peer, Span s, size_t expect, MPI_Request* r) {
+    mine.payload_bytes = s.n;
+    mine.expect_bytes = expect;
     std::memcpy(out, &mine, sizeof(Header));
-    size_t head = bytes - rest(bytes);
-    if (head) std::memcpy(out + sizeof(Header), src, head);
+    size_t head = s.n - rest(s.n);
+    if (head) std::memcpy(out + sizeof(Header), s.p, head);
     mpi_check(PMPI_Isend(out, int(sizeof(Header) + head), MPI_BYTE, peer, kTag, c, &r[0]), "MPI_Isend");
     r[1] = MPI_REQUEST_NULL;
-    if (rest(bytes))
-      mpi_check(PMPI_Isend_c(static_cast<const char*>(src) + head, MPI_Count(rest(bytes)), MPI_BYTE, peer, kDataTag,
-                             c, &r[1]),
+    if (rest(s.n))
+      mpi_check(PMPI_Isend_c(static_cast<const char*>(s.p) + head, MPI_Count(rest(s.n)), MPI_BYTE, peer, kDataTag, c,
+                             &r[1]),
                 "MPI_Isend");
   }
-  // Receives a peer's header and payload, the payload into `into`.
-  void post_recv(MPI_Comm c, int peer, void* into, MPI_Request* r) {
+  void post_recv(MPI_Comm c, int peer, Span into, MPI_Request* r) {
     mpi_check(PMPI_Irecv(in_msg, int(kMessageMax), MPI_BYTE, peer, kTag, c, &r[0]), "MPI_Irecv");
     r[1] = MPI_REQUEST_NULL;
-    if (rest(bytes))
-      mpi_check(PMPI_Irecv_c(static_cast<char*>(into) + kInline, MPI_Count(rest(bytes)), MPI_BYTE, peer, kDataTag, c,
-                             &r[1]),
+    if (rest(into.n))
+      mpi_check(PMPI_Irecv_c(static_cast<char*>(into.p) + kInline, MPI_Count(rest(into.n)), MPI_BYTE, peer, kDataTag,
+                             c, &r[1]),
                 "MPI_Irecv");
   }
-  // Completes a posted receive; true when the payload arrived as this rank posted for it.
-  // When the sizes differ the signatures do too (the count is in them): the data is unused.
-  bool finish_recv(MPI_Comm c, int peer, void* into, MPI_Request* r) {
+  // Completes a posted receive and notes the header; true when the payload arrived as this
+  // rank posted for it. When the sizes differ the signatures do too: the data is unused.
+  bool finish_recv(MPI_Comm c, int peer, Span into, MPI_Request* r) {
     wait(&r[0], "MPI_Wait");
+    note(in());
     const uint64_t theirs = in().payload_bytes;
-    if (theirs == bytes) {
-      if (rest(bytes)) wait(&r[1], "MPI_Wait");
-      if (bytes) std::memcpy(into, in_msg + sizeof(Header), bytes - rest(bytes));
+    if (theirs == into.n) {
+      if (rest(into.n)) wait(&r[1], "MPI_Wait");
+      if (into.n) std::memcpy(into.p, in_msg + sizeof(Header), into.n - rest(into.n));
       return true;
     }
     if (r[1] != MPI_REQUEST_NULL) {
@@ -143,33 +143,89 @@ struct Exchange {
     return false;
   }
 
-  void send(MPI_Comm c, int peer) {
+  void send(MPI_Comm c, int peer, Span s) {
     MPI_Request r[2];
-    post_send(c, peer, r);
+    post_send(c, peer, s, 0, r);
     mpi_check(PMPI_Waitall(2, r, MPI_STATUSES_IGNORE), "MPI_Waitall");
   }
-  bool recv(MPI_Comm c, int peer, void* into) {
+  // True when the payload arrived and everyone so far agrees: it may be used.
+  bool recv(MPI_Comm c, int peer, Span into) {
     MPI_Request r[2];
     post_recv(c, peer, into, r);
-    return finish_recv(c, peer, into, r);
+    return finish_recv(c, peer, into, r) && agreed();
   }
-  void sendrecv(MPI_Comm c, int peer) {
+  bool sendrecv(MPI_Comm c, int peer, Span s, Span into) {
     MPI_Request r[4];
-    void* tmp = scratch(0, bytes);
-    post_recv(c, peer, tmp, r);
-    post_send(c, peer, r + 2);
-    bool same = finish_recv(c, peer, tmp, r);
+    post_recv(c, peer, into, r);
+    post_send(c, peer, s, into.n, r + 2);
+    bool same = finish_recv(c, peer, into, r);
     mpi_check(PMPI_Waitall(2, r + 2, MPI_STATUSES_IGNORE), "MPI_Waitall");
-    merge(in(), same ? tmp : nullptr);
-    if (!same) {
-      // Both sides saw the sizes differ. Meet once more before returning, so that the peer
-      // cannot reach its next call, whose payload a receive not yet cancelled could take.
+    if (!same || in().expect_bytes != s.n) {
+      // A size differed in one direction or both, which both sides see. Meet once more before
+      // returning, so that the peer cannot reach its next call, whose payload a receive not
+      // yet cancelled could take.
       mpi_check(PMPI_Sendrecv(nullptr, 0, MPI_BYTE, peer, kTag, nullptr, 0, MPI_BYTE, peer, kTag, c,
                               MPI_STATUS_IGNORE),
                 "MPI_Sendrecv");
     }
+    return same && agreed();
   }
 };
+
+// Recursive doubling for any size (as MPICH's allreduce): the first 2 * rem ranks pair up,
+// the odd one handing its data to the even one, the pof2 that remain exchange with partners
+// at distance 1, 2, 4, ..., and the even ranks hand the result back. Sums exchange the whole
+// vector each round; a gather exchanges the blocks it holds, which are always a contiguous
+// run of ranks, received straight into place.
+void doubling(Exchange& ex, MPI_Comm c, const CommInfo& ci) {
+  int pof2 = 1;
+  while (pof2 * 2 <= ci.size) pof2 *= 2;
+  const int rem = ci.size - pof2, r = ci.rank;
+  const bool gather = ex.data.kind == Payload::gather;
+  char* out = static_cast<char*>(ex.data.out);
+  const size_t B = ex.data.count, bytes = gather ? B * ci.size : ex.data.count * ex.elem;
+  char* tmp = gather ? nullptr : scratch(0, bytes);
+  auto first = [&](int nr) { return size_t(nr < rem ? 2 * nr : nr + rem); };  // a newrank's first rank
+  auto held = [&](int lo, int n) {  // blocks of newranks [lo, lo + n)
+    return Span{out + first(lo) * B, (first(std::min(lo + n, pof2)) - first(lo)) * B};
+  };
+  auto whole = [&] { return Span{const_cast<char*>(ex.src), bytes}; };
+  int nr = r - rem;
+  if (r < 2 * rem) {
+    nr = r % 2 ? -1 : r / 2;
+    if (r % 2)
+      ex.send(c, r - 1, gather ? Span{out + r * B, B} : whole());
+    else if (gather)
+      ex.recv(c, r + 1, Span{out + (r + 1) * B, B});
+    else if (ex.recv(c, r + 1, Span{tmp, bytes}))
+      ex.add(0, tmp, bytes);
+  }
+  for (int mask = 1; nr >= 0 && mask < pof2; mask <<= 1) {
+    const int pn = nr ^ mask, peer = pn < rem ? pn * 2 : pn + rem;
+    if (gather) {
+      ex.sendrecv(c, peer, held(nr & ~(mask - 1), mask), held(pn & ~(mask - 1), mask));
+    } else if (ex.sendrecv(c, peer, whole(), Span{tmp, bytes})) {
+      ex.add(0, tmp, bytes);
+    }
+  }
+  if (r < 2 * rem) {
+    if (r % 2 == 0)
+      ex.send(c, r + 1, Span{out, bytes});
+    else
+      ex.recv(c, r - 1, Span{out, bytes});  // the result, straight into place
+  }
+}
+
+// Two ranks, a reduce-scatter: each sends the part the other keeps and adds the other's copy
+// of its own part, as MPI's reduce-scatter does; half the vector each way. One exchange with
+// the same partner as doubling(), so ranks that disagree on the payload still meet.
+void halving(Exchange& ex, MPI_Comm c, const CommInfo& ci) {
+  const size_t part = ex.data.count / 2 * ex.elem;
+  const int peer = 1 - ci.rank;
+  char* tmp = scratch(0, part);
+  if (ex.sendrecv(c, peer, Span{const_cast<char*>(ex.src) + peer * part, part}, Span{tmp, part}))
+    ex.add(ci.rank * part, tmp, part);
+}
 
 }  // namespace
 
@@ -203,7 +259,7 @@ std::string describe(const Signature& s) {
   return d;
 }
 
-void handshake(MPI_Comm comm, const Signature& mine, const void* eager_in, void* eager_out, size_t eager_count) {
+void handshake(MPI_Comm comm, const Signature& mine, const Payload& data) {
   CommInfo ci(comm);
   Exchange ex;
   std::memset(&ex.mine, 0, sizeof(Header));
@@ -211,48 +267,22 @@ void handshake(MPI_Comm comm, const Signature& mine, const void* eager_in, void*
   ex.mine.rank = ci.rank;
   ex.mine.sig = mine;
   ex.mine.witness_rank[0] = ex.mine.witness_rank[1] = -1;
-  ex.dtype = mine.dtype;
-  ex.gather = mine.coll == Coll::allgather;
-  ex.src = eager_in;
-  ex.acc = eager_out;
-  ex.bytes = !eager_out ? 0 : ex.gather ? eager_count : eager_count * accum_size(mine.dtype);
-  if (ci.size == 1 && ex.bytes && eager_in != eager_out) std::memcpy(eager_out, eager_in, ex.bytes);
+  ex.data = data;
+  ex.src = static_cast<const char*>(data.in);
+  ex.elem = accum_size(mine.dtype);
+  if (data.kind == Payload::gather) {
+    char* own = static_cast<char*>(data.out) + size_t(ci.rank) * data.count;
+    // First, as MPICH's allgather does: a copy overlapped with the exchange would not be
+    // (on shared memory a transfer progresses only while the ranks are inside MPI).
+    if (data.count && data.in != own) std::memcpy(own, data.in, data.count);
+  } else if (ci.size == 1 && data.kind != Payload::none && data.in != data.out) {
+    std::memcpy(data.out, data.in, data.count * ex.elem);
+  }
   if (ci.size > 1) {
-    // Recursive doubling; the first 2*rem ranks pair up first so a power of two remains.
-    int pof2 = 1;
-    while (pof2 * 2 <= ci.size) pof2 *= 2;
-    int rem = ci.size - pof2, r = ci.rank, newrank;
-    if (r < 2 * rem) {
-      if (r % 2 == 0) {
-        void* tmp = scratch(0, ex.bytes);
-        bool same = ex.recv(comm, r + 1, tmp);
-        ex.merge(ex.in(), same ? tmp : nullptr);
-        newrank = r / 2;
-      } else {
-        ex.send(comm, r - 1);
-        newrank = -1;
-      }
-    } else {
-      newrank = r - rem;
-    }
-    if (newrank >= 0) {
-      for (int mask = 1; mask < pof2; mask <<= 1) {
-        int pn = newrank ^ mask;
-        ex.sendrecv(comm, pn < rem ? pn * 2 : pn + rem);
-      }
-    }
-    if (r < 2 * rem) {
-      if (r % 2 == 0) {
-        ex.src = ex.acc;
-        ex.send(comm, r + 1);
-      } else {
-        ex.recv(comm, r - 1, ex.acc);  // the sum, straight into place
-        const Header& h = ex.in();
-        ex.mine.flags = h.flags;
-        std::memcpy(ex.mine.witness, h.witness, sizeof h.witness);
-        std::memcpy(ex.mine.witness_rank, h.witness_rank, sizeof h.witness_rank);
-      }
-    }
+    if (data.kind == Payload::halve && ci.size == 2)
+      halving(ex, comm, ci);
+    else
+      doubling(ex, comm, ci);
   }
   if (mine.invalid || (ex.mine.flags & kDisagree)) {
     const Header& h = ex.mine;

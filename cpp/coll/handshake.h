@@ -1,7 +1,7 @@
 // Agreement before every collective: all ranks exchange what they are about to do (the
 // collective, codec, dtype, count, op) by recursive doubling, so a disagreement is found on
 // every rank, in log2(size) rounds, with every message matched: the communicator stays
-// usable. Uncompressed allreduces (small ones; on two ranks all) carry their data along and
+// usable. Uncompressed collectives (small ones; on two ranks all) carry their data along and
 // are complete when it returns.
 #pragma once
 #include <mpi.h>
@@ -34,12 +34,27 @@ struct Signature {
 
 std::string describe(const Signature& s);
 
-// Exchanges `mine` with all ranks of comm. Throws ShapeMismatchError on every rank when any
-// two disagree. With eager data, sums eager_in (eager_count elements of the accumulation type
-// of mine.dtype: float for 16-bit floats) over all ranks into eager_out, which may be
-// eager_in; for an allgather, ors eager_count bytes instead.
-void handshake(MPI_Comm comm, const Signature& mine, const void* eager_in = nullptr, void* eager_out = nullptr,
-               size_t eager_count = 0);
+// Data that travels with the agreement, so that an uncompressed collective costs one
+// exchange pattern in all (the agreement and the data share every message).
+struct Payload {
+  enum Kind : uint8_t {
+    none,
+    sum,     // in, out: count elements; out = the sum over ranks (recursive doubling)
+    halve,   // in, out: count elements in `size` equal parts; part `rank` of out = the sum of
+             // everyone's part `rank`, the rest of out is scratch (on two ranks half the
+             // vector moves each way; on more, the whole sum is made)
+    gather,  // in: this rank's block of count bytes; out: size blocks, all ranks' in, in rank
+             // order (recursive doubling, each block received straight into place)
+  } kind = none;
+  const void* in = nullptr;
+  void* out = nullptr;  // may be in (sum, halve), or hold in at block `rank` (gather)
+  size_t count = 0;
+};
+
+// Exchanges `mine` with all ranks of comm, moving `data` on the way (sums in the accumulation
+// type of mine.dtype: float32 for 16-bit floats). Throws ShapeMismatchError on every rank
+// when any two disagree; every message is matched either way.
+void handshake(MPI_Comm comm, const Signature& mine, const Payload& data = Payload{});
 
 // Bytes per element in which eager payloads are summed: float32 for 16-bit floats, else the
 // dtype itself.

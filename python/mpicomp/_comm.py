@@ -13,7 +13,7 @@ from mpi4py import MPI
 
 from .errors import ArgumentError
 
-__all__ = ["private", "worker"]
+__all__ = ["private", "worker", "known"]
 
 _lock = threading.Lock()
 _keyval = None
@@ -75,6 +75,11 @@ def _new_context(comm):
             comm.Set_attr(_keyval, ctx)
         _by_handle[ctx.handle] = ctx
         return ctx
+
+
+def known(comm):
+    """The context of a communicator used before, or None."""
+    return _by_handle.get(getattr(comm, "handle", None))
 
 
 def private(comm):
