@@ -9,8 +9,9 @@ struct Config {
   // Messages smaller than this (bytes of input) are sent uncompressed: they are latency
   // bound, and encoding only adds time. Default from bench/results (see README).
   size_t min_bytes = 64 * 1024;
-  // Allreduces up to this many bytes of input are done inside the agreement exchange
-  // (recursive doubling with the data attached), costing one round of latency in all.
+  // Uncompressed collectives up to this many bytes (allreduce input, reduce-scatter input,
+  // allgather output) are done inside the agreement exchange, the data attached to its
+  // messages: one exchange pattern in all. On two ranks all of them are, whatever the size.
   size_t eager_bytes = 32 * 1024;
   // Input bytes per pipelined message: encoding of one segment overlaps the transfer of
   // the previous ones.

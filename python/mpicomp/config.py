@@ -15,8 +15,8 @@ attribute          environment variable        meaning
 ``eager_bytes``    ``MPICOMP_EAGER_BYTES``     uncompressed allreduces (reduce-scatter
                                                inputs, allgather outputs) up to this size
                                                travel with the agreement step itself (one
-                                               round of latency); on two ranks all
-                                               allreduces do, whatever the size. Default
+                                               round of latency); on two ranks all of
+                                               them do, whatever the size. Default
                                                32768. 0 turns it off. Also send/recv's
                                                one-message limit.
 ``segment_bytes``  ``MPICOMP_SEGMENT_BYTES``   input bytes per pipelined message: encoding
