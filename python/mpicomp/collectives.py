@@ -110,12 +110,17 @@ def _lowrank_run(comm, x, c, avg, out, error_feedback, dt):
                               lambda a: allreduce(a, comm=comm, codec="none"))
 
 
-def _numpy(coll, comm, x, codec, out, op):
+def _cached(codec):
+    """The Codec of a spec string parsed before, else None."""
+    return _codec_cache.get(codec) if type(codec) is str else None
+
+
+def _numpy(coll, comm, x, codec, out, op, c=None):
     """The whole call in C++ for numpy arrays without error feedback (most calls). A codec
     spec string and communicator seen before are found with two dict lookups (a small
     collective on shared memory takes a few microseconds: every 100 ns shows)."""
     ctx = _comm.known(comm)
-    c = _codec_cache.get(codec) if type(codec) is str else None
+    c = c or _cached(codec)
     avg = _OPS.get(op)
     if ctx is None or c is None or c.id is None or avg is None:
         pcomm, c, avg = _spec_args(coll, comm, codec, op)
@@ -143,11 +148,12 @@ def allreduce(x, comm=MPI.COMM_WORLD, codec="int8", op="sum", out=None, error_fe
         each rank's x, plus the bound for the summed value. Codec "powersgd" has no such
         bound (see mpicomp.powersgd).
     """
-    if _lowrank(codec):
+    known = _cached(codec)
+    if (known is None or known.id is None) and _lowrank(codec):
         c, avg, out, dt = _lowrank_prepare(comm, x, codec, out, error_feedback, op)
         return _lowrank_run(comm, x, c, avg, out, error_feedback, dt)
     if error_feedback is None and type(x) is np.ndarray:
-        return _numpy(_ALLREDUCE, comm, x, codec, out, op)
+        return _numpy(_ALLREDUCE, comm, x, codec, out, op, known)
     pcomm, out, xptr, yptr, n, dt, c, avg, rptr = _prepare(_ALLREDUCE, comm, x, codec, out, error_feedback, op, 0)
     _core.allreduce(pcomm, xptr, yptr, n, dt, c.id, c.block, avg, rptr)
     return out
