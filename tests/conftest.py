@@ -4,4 +4,4 @@ Collected here, in one process, they would pair ranks that do not exist (a send 
 blocks like MPI_Send does), so a serial run leaves them out."""
 import os
 
-collect_ignore = [] if "PMI_RANK" in os.environ else ["mpi", "torch/mpi"]
+collect_ignore = [] if "PMI_RANK" in os.environ else ["mpi", "torch/mpi", "gpu/mpi"]

@@ -7,6 +7,8 @@ from mpi4py import MPI
 
 import mpicomp
 
+from _fake_device import FakeDeviceArray
+
 
 def test_hierarchy():
     for cls in (mpicomp.CodecError, mpicomp.ShapeMismatchError, mpicomp.BackendError, mpicomp.ArgumentError):
@@ -54,3 +56,17 @@ def test_comm_still_usable_after_errors():
     with pytest.raises(mpicomp.CodecError):
         mpicomp.allreduce(np.ones(4, np.float32), codec="zip")
     np.testing.assert_array_equal(mpicomp.allreduce(np.ones(4, np.float32), codec="none"), np.full(4, MPI.COMM_WORLD.size))
+
+
+
+@pytest.mark.skipif(mpicomp._core.cuda_available(), reason="a GPU is usable here: tests/gpu covers device buffers")
+@pytest.mark.parametrize("call", [
+    lambda x: mpicomp.allreduce(x, comm=MPI.COMM_SELF, codec="int8"),
+    lambda x: mpicomp.reduce_scatter(x, comm=MPI.COMM_SELF, codec="none"),
+    lambda x: mpicomp.allgather(x, comm=MPI.COMM_SELF, codec="int4", out=FakeDeviceArray(1024)),
+    lambda x: mpicomp.iallreduce(x, comm=MPI.COMM_SELF).wait(),
+    lambda x: mpicomp.send(x, 0, comm=MPI.COMM_SELF),
+])
+def test_device_buffer_without_a_gpu_is_a_backend_error(call):
+    with pytest.raises(mpicomp.BackendError, match="GPU memory"):
+        call(FakeDeviceArray())

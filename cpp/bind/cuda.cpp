@@ -1,13 +1,73 @@
 // The GPU codecs in mpicomp._core (CUDA builds only): device addresses and a stream handle in
 // (e.g. torch.cuda.current_stream().cuda_stream), the GIL released while launching.
+#include <cuda_runtime.h>
+#include <mpi4py/mpi4py.h>
 #include <pybind11/pybind11.h>
 
+#include <string>
+
 #include "../codecs/cuda/codec_cuda.h"
+#include "../coll/coll.h"
+#include "../core/errors.h"
 
 namespace py = pybind11;
 using namespace mpicomp;
 
+namespace {
+
+// The device a buffer lives on; BackendError when it is not device (or managed) memory.
+int device_of(const void* p, const char* name) {
+  cudaPointerAttributes a{};
+  cudaError_t e = cudaPointerGetAttributes(&a, p);
+  if (e != cudaSuccess || (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged)) {
+    cudaGetLastError();
+    throw Error(ErrorKind::backend, std::string(name) + " is not CUDA device memory");
+  }
+  return a.device;
+}
+
+// __cuda_array_interface__'s stream numbers: 1 the legacy default stream, 2 per-thread.
+cudaStream_t stream_of(uintptr_t s) {
+  return s == 1 ? cudaStreamLegacy : s == 2 ? cudaStreamPerThread : reinterpret_cast<cudaStream_t>(s);
+}
+
+}  // namespace
+
 void bind_cuda(py::module_& m) {
+  // A collective on device buffers (x, y and the residual on one GPU), on the caller's
+  // stream; returns when the results are in y. count as for the host bindings.
+  m.def("cuda_collective", [](int coll, py::handle comm, uintptr_t x, uintptr_t y, size_t count, int dtype,
+                              int codec, uint32_t block, bool avg, uintptr_t residual, uintptr_t stream) {
+    MPI_Comm c = *PyMPIComm_Get(comm.ptr());
+    py::gil_scoped_release nogil;
+    int dev = device_of(reinterpret_cast<void*>(x), "x");
+    if (device_of(reinterpret_cast<void*>(y), "out") != dev)
+      throw Error(ErrorKind::argument, "x and out are on different GPUs");
+    if (cudaSetDevice(dev) != cudaSuccess) throw Error(ErrorKind::backend, "cudaSetDevice failed");
+    CollArgs a;
+    a.spec = Spec{CodecId(codec), block};
+    a.dtype = DType(dtype);
+    a.count = count;
+    a.avg = avg;
+    a.residual = reinterpret_cast<float*>(residual);
+    a.engine = &cuda_engine(stream_of(stream), mpi_cuda_aware());
+    struct Finish {  // also when the collective throws: no queued work may outlive the call
+      Engine* e;
+      ~Finish() {
+        try {
+          e->finish();
+        } catch (const Error&) {
+        }
+      }
+    } finish{a.engine};
+    if (coll == int(Coll::allreduce))
+      allreduce(c, reinterpret_cast<void*>(x), reinterpret_cast<void*>(y), a);
+    else if (coll == int(Coll::reduce_scatter))
+      reduce_scatter(c, reinterpret_cast<void*>(x), reinterpret_cast<void*>(y), a);
+    else
+      allgather(c, reinterpret_cast<void*>(x), reinterpret_cast<void*>(y), a);
+    a.engine->finish();  // here its errors are reported
+  });
   m.def("cuda_available", &cuda::available, "True when a CUDA device is usable");
   m.def("cuda_encode", [](int codec, uint32_t block, int dtype, uintptr_t x, size_t n, uintptr_t residual,
                           uintptr_t out, uintptr_t stream) {

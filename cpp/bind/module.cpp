@@ -251,6 +251,7 @@ PYBIND11_MODULE(_core, m) {
     reject(c, Coll(coll));
   });
 
+  m.def("mpi_cuda_aware", &mpi_cuda_aware, "True when the MPI library takes CUDA device pointers");
 #ifdef MPICOMP_WITH_CUDA
   bind_cuda(m);
 #else

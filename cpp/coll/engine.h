@@ -1,5 +1,5 @@
 // Where a collective's buffers live and where its codecs run: the host (CPU kernels) or a
-// GPU (CUDA kernels, cuda/engine.cu). The algorithms in stages.cpp only see this interface.
+// GPU (CUDA kernels, cuda_engine.cpp). The algorithms in stages.cpp only see this interface.
 // Wire buffers (what MPI sends and receives) are always host memory unless the engine says
 // the MPI can take its device pointers.
 #pragma once
@@ -25,8 +25,18 @@ struct Engine {
   virtual float* scratch_f32(int slot, size_t n) = 0;
   // Host (or, for CUDA-aware MPI, device) memory for wire bytes.
   virtual uint8_t* wire(int slot, size_t bytes) = 0;
+  // The collective is over: results are in place when this returns.
+  virtual void finish() {}
 };
 
 Engine& cpu_engine();
+// CUDA builds only (cuda_engine.cpp): this thread's GPU engine, running on `stream` (a
+// cudaStream_t) of the current device. `direct`: the MPI library takes device pointers
+// (CUDA-aware), so wire bytes stay on the GPU; otherwise they are staged through pinned host
+// memory, one segment at a time, while the next segment encodes.
+Engine& cuda_engine(void* stream, bool direct);
+// Whether the MPI library says it takes CUDA device pointers (MPICH's MPIX_GPU_query_support,
+// Open MPI's MPIX_Query_cuda_support); false when it cannot say.
+bool mpi_cuda_aware();
 
 }  // namespace mpicomp

@@ -1,7 +1,9 @@
-"""Arrays in and out: numpy arrays and torch tensors (host memory), checked at the boundary
-so the C++ core only ever sees a valid address, an element count and a dtype. numpy arrays
-are checked in C++ (mpicomp._core.numpy_args): that check runs on every call and must cost
-well under a microsecond next to a small message's latency."""
+"""Arrays in and out: numpy arrays and torch tensors in host memory; torch CUDA tensors and
+arrays with ``__cuda_array_interface__`` (cupy) in GPU memory. Checked at the boundary so
+the C++ core only ever sees a valid address, an element count, a dtype and, for GPU memory,
+the stream the caller's work is on. numpy arrays are checked in C++ (_core.numpy_args):
+that check runs on every call and must cost well under a microsecond next to a small
+message's latency."""
 
 import numpy as np
 
@@ -21,46 +23,116 @@ def _is_torch(x):
     return type(x).__module__.startswith("torch")
 
 
+def _is_cuda(x):
+    """A torch CUDA tensor, or an array in GPU memory that says so (cupy, numba)."""
+    return x.is_cuda if _is_torch(x) else hasattr(x, "__cuda_array_interface__")
+
+
+def _usable_gpu(name):
+    if not hasattr(_core, "cuda_collective"):
+        raise BackendError(f"{name} is in GPU memory, but this mpicomp build has no CUDA support; "
+                           f"rebuild with a CUDA compiler (MPICOMP_CUDA=ON) or move it to the CPU")
+    if not _core.cuda_available():
+        raise BackendError(f"{name} is in GPU memory, but no CUDA device is usable in this process "
+                           f"(no GPU or no driver)")
+
+
+def _checked_dtype(dtype, name):
+    d = _dtype_name(dtype)
+    if d not in DTYPE_IDS:
+        raise CodecError(f"{name} has dtype {dtype}, which mpicomp does not support")
+    return DTYPE_IDS[d]
+
+
 def _torch_info(x, name):
-    if x.device.type != "cpu":
-        raise BackendError(f"{name} is on device {x.device}, but this mpicomp build has no GPU support "
-                           f"(built without CUDA); move it to the CPU or rebuild with CUDA")
+    """(address, elements, dtype id, stream): stream None for host memory, else the caller's
+    current CUDA stream on x's device, on which the collective runs."""
+    if x.is_cuda:
+        _usable_gpu(name)
+    elif x.device.type != "cpu":
+        raise BackendError(f"{name} is on device {x.device}; mpicomp takes CPU and CUDA tensors")
     if not x.is_contiguous():
         raise ArgumentError(f"{name} must be contiguous (got strides {tuple(x.stride())}); pass {name}.contiguous()")
-    dtype = _dtype_name(x.dtype)
-    if dtype not in DTYPE_IDS:
-        raise CodecError(f"{name} has dtype {x.dtype}, which mpicomp does not support")
-    return x.data_ptr(), x.numel(), DTYPE_IDS[dtype]
+    dt = _checked_dtype(x.dtype, name)
+    if not x.is_cuda:
+        return x.data_ptr(), x.numel(), dt, None
+    import torch
+
+    return x.data_ptr(), x.numel(), dt, torch.cuda.current_stream(x.device).cuda_stream
+
+
+def _cai_info(x, name):
+    """As _torch_info, from __cuda_array_interface__ (version 3: its "stream" is where the
+    data is valid; absent or None: valid now, and the legacy default stream serves)."""
+    _usable_gpu(name)
+    cai = x.__cuda_array_interface__
+    shape = tuple(cai["shape"])
+    itemsize = np.dtype(cai["typestr"]).itemsize
+    contiguous = [itemsize * int(np.prod(shape[i + 1:])) for i in range(len(shape))]
+    if cai.get("strides") is not None and any(n > 1 and s != c for n, s, c in zip(shape, cai["strides"], contiguous)):
+        raise ArgumentError(f"{name} must be C-contiguous (got strides {tuple(cai['strides'])})")
+    return int(cai["data"][0]), int(np.prod(shape)), _checked_dtype(np.dtype(cai["typestr"]), name), \
+        cai.get("stream") or 1
+
+
+def buffer_info(x, name="x"):
+    """(address, elements, dtype id, stream) of a contiguous array of a supported dtype;
+    stream None for host memory."""
+    if isinstance(x, np.ndarray):
+        return (*_core.numpy_info(x, name), None)
+    if _is_torch(x) and hasattr(x, "data_ptr"):
+        return _torch_info(x, name)
+    if hasattr(x, "__cuda_array_interface__"):
+        return _cai_info(x, name)
+    raise ArgumentError(f"{name} must be a numpy array, a torch tensor or a CUDA array (cupy), "
+                        f"got {type(x).__name__}")
 
 
 def array_info(x, name="x"):
     """(address, elements, dtype id) of a contiguous host array of a supported dtype."""
-    if isinstance(x, np.ndarray):
-        return _core.numpy_info(x, name)
-    if _is_torch(x) and hasattr(x, "data_ptr"):
-        return _torch_info(x, name)
-    raise ArgumentError(f"{name} must be a numpy array or a torch tensor, got {type(x).__name__}")
+    ptr, n, dt, stream = buffer_info(x, name)
+    if stream is not None:
+        raise BackendError(f"{name} is in GPU memory; send and recv take host buffers (the collectives take both)")
+    return ptr, n, dt
+
+
+def _kind(a):
+    return "torch" if _is_torch(a) else type(a).__module__.partition(".")[0]
+
+
+def _empty_like(x, shape):
+    if _is_torch(x):
+        import torch
+
+        return torch.empty(shape, dtype=x.dtype, device=x.device)
+    if type(x).__module__.startswith("cupy"):
+        import cupy
+
+        with x.device:
+            return cupy.empty(shape, x.dtype)
+    raise ArgumentError(f"pass out= for a {type(x).__name__} (mpicomp allocates torch tensors and cupy arrays only)")
 
 
 def collective_args(x, out, out_mode, size):
     """Checks a collective's input and (optional) output; allocates the output when None.
     out_mode: 0 out is like x, 1 it has count / size elements (1-D), 2 count * size (1-D).
-    Returns (out, x address, out address, x elements, dtype id)."""
+    Returns (out, x address, out address, x elements, dtype id, stream): stream None for
+    host memory, else the CUDA stream (handle) to run on."""
     if type(x) is np.ndarray:
-        return _core.numpy_args(x, out, out_mode, size)
-    xptr, n, dt = array_info(x, "x")
+        return (*_core.numpy_args(x, out, out_mode, size), None)
+    xptr, n, dt, stream = buffer_info(x, "x")
     if out_mode == 1 and n % size:
         raise ArgumentError(f"reduce_scatter: x has {n} elements, which is not a multiple of the "
                             f"communicator size {size}")
     m = n if out_mode == 0 else n // size if out_mode == 1 else n * size
     if out is None:
-        import torch
-
-        out = torch.empty(tuple(x.shape) if out_mode == 0 else (m,), dtype=x.dtype, device=x.device)
-    elif not (_is_torch(out) and hasattr(out, "data_ptr")) or out.dtype != x.dtype:
-        raise ArgumentError(f"out must be a torch tensor of {x.dtype} like x, got {type(out).__name__}"
+        out = _empty_like(x, tuple(x.shape) if out_mode == 0 else (m,))
+    elif _kind(out) != _kind(x) or str(out.dtype) != str(x.dtype):
+        raise ArgumentError(f"out must be a {_kind(x)} {'tensor' if _is_torch(x) else 'array'} of {x.dtype} like x, got {type(out).__name__}"
                             + (f" of {out.dtype}" if hasattr(out, "dtype") else ""))
-    yptr, got, _ = array_info(out, "out")
+    yptr, got, _, ystream = buffer_info(out, "out")
+    if (ystream is None) != (stream is None):
+        raise ArgumentError("out must be in the same kind of memory as x (both host or both GPU)")
     if got != m:
         raise ArgumentError(f"out has {got} elements but the result has {m}")
-    return out, xptr, yptr, n, dt
+    return out, xptr, yptr, n, dt, stream

@@ -58,7 +58,7 @@ def _prepare(coll, comm, x, codec, out, error_feedback, op, out_mode, tell=None)
     tell = tell or _tell_others
     pcomm, c, avg = _spec_args(coll, comm, codec, op, tell)
     try:
-        out, xptr, yptr, count, dt = collective_args(x, out, out_mode, pcomm.Get_size())
+        out, xptr, yptr, count, dt, stream = collective_args(x, out, out_mode, pcomm.Get_size())
         _core.check_combination(dt, c.id, avg)
         rptr = 0
         if error_feedback is not None:
@@ -70,7 +70,20 @@ def _prepare(coll, comm, x, codec, out, error_feedback, op, out_mode, tell=None)
     except MpicompError as own:
         tell(pcomm, coll)
         raise own
-    return pcomm, out, xptr, yptr, count, dt, c, avg, rptr
+    return pcomm, out, xptr, yptr, count, dt, c, avg, rptr, stream
+
+
+def _run(coll, pcomm, xptr, yptr, count, dt, c, avg, rptr, stream):
+    """The C++ collective on host buffers, or on GPU buffers on the given stream. count: of
+    x's elements for allreduce and allgather, of out's for reduce_scatter."""
+    if stream is not None:
+        _core.cuda_collective(coll, pcomm, xptr, yptr, count, dt, c.id, c.block, avg, rptr, stream)
+    elif coll == _ALLREDUCE:
+        _core.allreduce(pcomm, xptr, yptr, count, dt, c.id, c.block, avg, rptr)
+    elif coll == _REDUCE_SCATTER:
+        _core.reduce_scatter(pcomm, xptr, yptr, count, dt, c.id, c.block, avg, rptr)
+    else:
+        _core.allgather(pcomm, xptr, yptr, count, dt, c.id, c.block, rptr)
 
 
 def _lowrank(codec):
@@ -82,7 +95,7 @@ def _lowrank_prepare(comm, x, codec, out, error_feedback, op, tell=None):
     """The checks of _prepare for codec "powersgd"; returns (codec, avg, out, dtype id)."""
     pcomm, c, avg = _spec_args(_ALLREDUCE, comm, codec, op, tell, lowrank=True)
     try:
-        out, _, _, _, dt = collective_args(x, out, 0, pcomm.Get_size())
+        out, _, _, _, dt, _ = collective_args(x, out, 0, pcomm.Get_size())
         c.check_dtype(dtype_name(dt))
         if error_feedback is not None and not isinstance(error_feedback, ErrorFeedback):
             raise ArgumentError(f"error_feedback must be an mpicomp.ErrorFeedback or None, "
@@ -154,9 +167,9 @@ def allreduce(x, comm=MPI.COMM_WORLD, codec="int8", op="sum", out=None, error_fe
         return _lowrank_run(comm, x, c, avg, out, error_feedback, dt)
     if error_feedback is None and type(x) is np.ndarray:
         return _numpy(_ALLREDUCE, comm, x, codec, out, op, known)
-    pcomm, out, xptr, yptr, n, dt, c, avg, rptr = _prepare(_ALLREDUCE, comm, x, codec, out, error_feedback, op, 0)
-    _core.allreduce(pcomm, xptr, yptr, n, dt, c.id, c.block, avg, rptr)
-    return out
+    args = _prepare(_ALLREDUCE, comm, x, codec, out, error_feedback, op, 0)
+    _run(_ALLREDUCE, args[0], *args[2:])
+    return args[1]
 
 
 def reduce_scatter(x, comm=MPI.COMM_WORLD, codec="int8", op="sum", out=None, error_feedback=None):
@@ -165,9 +178,9 @@ def reduce_scatter(x, comm=MPI.COMM_WORLD, codec="int8", op="sum", out=None, err
     Each rank compresses each part once; its own part is added exactly."""
     if error_feedback is None and type(x) is np.ndarray:
         return _numpy(_REDUCE_SCATTER, comm, x, codec, out, op)
-    pcomm, out, xptr, yptr, n, dt, c, avg, rptr = _prepare(_REDUCE_SCATTER, comm, x, codec, out, error_feedback,
-                                                           op, 1)
-    _core.reduce_scatter(pcomm, xptr, yptr, n // pcomm.Get_size(), dt, c.id, c.block, avg, rptr)
+    pcomm, out, xptr, yptr, n, dt, c, avg, rptr, stream = _prepare(_REDUCE_SCATTER, comm, x, codec, out,
+                                                                   error_feedback, op, 1)
+    _run(_REDUCE_SCATTER, pcomm, xptr, yptr, n // pcomm.Get_size(), dt, c, avg, rptr, stream)
     return out
 
 
@@ -177,9 +190,9 @@ def allgather(x, comm=MPI.COMM_WORLD, codec="int8", out=None, error_feedback=Non
     so all ranks get identical results."""
     if error_feedback is None and type(x) is np.ndarray:
         return _numpy(_ALLGATHER, comm, x, codec, out, "sum")
-    pcomm, out, xptr, yptr, n, dt, c, _, rptr = _prepare(_ALLGATHER, comm, x, codec, out, error_feedback, "sum", 2)
-    _core.allgather(pcomm, xptr, yptr, n, dt, c.id, c.block, rptr)
-    return out
+    args = _prepare(_ALLGATHER, comm, x, codec, out, error_feedback, "sum", 2)
+    _run(_ALLGATHER, args[0], *args[2:])
+    return args[1]
 
 
 class Request:
@@ -216,12 +229,11 @@ def iallreduce(x, comm=MPI.COMM_WORLD, codec="int8", op="sum", out=None, error_f
     if _lowrank(codec):
         c, avg, out, dt = _lowrank_prepare(acomm, x, codec, out, error_feedback, op, tell_in_order)
         return Request(executor.submit(_lowrank_run, acomm, x, c, avg, out, error_feedback, dt))
-    pcomm, out, xptr, yptr, n, dt, c, avg, rptr = _prepare(_ALLREDUCE, acomm, x, codec, out, error_feedback, op, 0,
-                                                           tell_in_order)
+    args = _prepare(_ALLREDUCE, acomm, x, codec, out, error_feedback, op, 0, tell_in_order)
 
     def run(keep_alive=x):  # the caller may drop x (a temporary) before this runs
-        _core.allreduce(pcomm, xptr, yptr, n, dt, c.id, c.block, avg, rptr)
-        return out
+        _run(_ALLREDUCE, args[0], *args[2:])
+        return args[1]
 
     return Request(executor.submit(run))
 

@@ -40,23 +40,32 @@ class ErrorFeedback:
 
     def _buffer(self, count, like):
         """The residual for `count` elements of array `like` (created on first use, of like's
-        kind and device); its address."""
+        kind and device: numpy, torch, cupy); its address."""
         r = self.residual
         if r is None:
-            if isinstance(like, np.ndarray):
-                r = np.zeros(count, np.float32)
-            else:
-                import torch
-
-                r = torch.zeros(count, dtype=torch.float32, device=like.device)
-            self.residual = r
-        torch_residual = not isinstance(r, np.ndarray)
-        n = r.numel() if torch_residual else r.size
+            r = self.residual = _zeros_like(like, count)
+        n = int(np.prod(tuple(r.shape)))
         if n != count:
             raise ArgumentError(f"error_feedback holds the residual of a stream of {n} elements, but x has "
                                 f"{count}: use one ErrorFeedback per tensor")
-        return r.data_ptr() if torch_residual else r.ctypes.data
+        if isinstance(r, np.ndarray):
+            return r.ctypes.data
+        return r.data_ptr() if hasattr(r, "data_ptr") else r.data.ptr  # torch, cupy
 
     def __repr__(self):
         n = None if self.residual is None else int(np.prod(tuple(self.residual.shape)))
         return f"ErrorFeedback(elements={n})"
+
+
+def _zeros_like(like, count):
+    """float32 zeros in like's kind of array and on its device."""
+    if isinstance(like, np.ndarray):
+        return np.zeros(count, np.float32)
+    if type(like).__module__.startswith("cupy"):
+        import cupy
+
+        with like.device:
+            return cupy.zeros(count, cupy.float32)
+    import torch
+
+    return torch.zeros(count, dtype=torch.float32, device=like.device)

@@ -13,5 +13,7 @@ bool available();
 void encode(Spec s, DType t, const void* x, size_t n, float* residual, uint8_t* out, void* stream);
 void decode(Spec s, DType t, const uint8_t* in, size_t n, float scale, void* y, void* stream);
 void decode_accumulate(Spec s, DType t, const uint8_t* in, size_t n, float* acc, void* stream);
+// y = acc * scale, stored as dtype t (CpuKernels::store on the GPU).
+void store(const float* acc, size_t n, float scale, DType t, void* y, void* stream);
 
 }  // namespace mpicomp::cuda

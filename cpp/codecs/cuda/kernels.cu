@@ -175,6 +175,11 @@ __global__ void accumulate_kernel(Spec s, DType t, const uint8_t* in, size_t n, 
   for_each_element(s, t, in, n, [&](size_t i, float v) { acc[i] += v; });
 }
 
+__global__ void store_kernel(const float* acc, size_t n, float scale, DType t, void* y) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    store_f32(y, t, i, acc[i] * scale);
+}
+
 unsigned grid_for(size_t threads) {
   size_t g = (threads + kThreads - 1) / kThreads;
   return unsigned(g < (1u << 20) ? (g ? g : 1) : (1u << 20));  // grid-stride loops cover the rest
@@ -222,6 +227,12 @@ void decode_accumulate(Spec s, DType t, const uint8_t* in, size_t n, float* acc,
   if (n == 0) return;
   accumulate_kernel<<<grid_for((n + 3) / 4), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(s, t, in, n, acc);
   check(cudaGetLastError(), "decode_accumulate kernel launch");
+}
+
+void store(const float* acc, size_t n, float scale, DType t, void* y, void* stream) {
+  if (n == 0) return;
+  store_kernel<<<grid_for(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(acc, n, scale, t, y);
+  check(cudaGetLastError(), "store kernel launch");
 }
 
 }  // namespace mpicomp::cuda

@@ -1,0 +1,113 @@
+// The GPU engine (CUDA builds only): inputs, outputs, float32 accumulators and error-feedback
+// residuals in device memory, codecs run as CUDA kernels on the caller's stream. Wire bytes:
+// with a CUDA-aware MPI they stay on the device; otherwise every wire buffer is pinned host
+// memory with a device mirror of the same size, and a segment is encoded into the mirror,
+// copied to the host and sent while stages.cpp encodes the next one (received segments go
+// the other way: copied up, then decoded). Work is ordered on one stream, so the caller's
+// earlier kernels on it finish before a collective reads its input.
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "../codecs/cuda/codec_cuda.h"
+#include "../core/errors.h"
+#include "engine.h"
+
+namespace mpicomp {
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw Error(ErrorKind::backend, std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+// Grows, never shrinks; reused between calls. Before memory that queued work may still use
+// is freed, the stream is drained.
+struct Buffer {
+  bool host;  // pinned host memory, else device memory
+  void* p = nullptr;
+  size_t size = 0;
+  explicit Buffer(bool h) : host(h) {}
+  ~Buffer() {
+    if (p) host ? cudaFreeHost(p) : cudaFree(p);  // at thread exit: errors cannot be reported
+  }
+  template <class T>
+  T* get(size_t bytes, cudaStream_t s) {
+    if (bytes > size) {
+      if (p) {
+        check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+        check(host ? cudaFreeHost(p) : cudaFree(p), "cudaFree");
+        p = nullptr, size = 0;
+      }
+      check(host ? cudaMallocHost(&p, bytes) : cudaMalloc(&p, bytes), host ? "cudaMallocHost" : "cudaMalloc");
+      size = bytes;
+    }
+    return static_cast<T*>(p);
+  }
+};
+
+struct CudaEngine final : Engine {
+  cudaStream_t stream = nullptr;
+  bool direct = false;
+  Buffer f32[2] = {Buffer(false), Buffer(false)};
+  Buffer host[2] = {Buffer(true), Buffer(true)};      // staged wire bytes
+  Buffer mirror[2] = {Buffer(false), Buffer(false)};  // their device copies (direct: the wire)
+
+  // The device copy of staged wire bytes at w.
+  uint8_t* on_device(const uint8_t* w) {
+    for (int i = 0; i < 2; ++i) {
+      auto* base = static_cast<const uint8_t*>(host[i].p);
+      if (base && w >= base && w < base + host[i].size) return static_cast<uint8_t*>(mirror[i].p) + (w - base);
+    }
+    throw Error(ErrorKind::backend, "cuda engine: wire bytes outside its staging buffers");
+  }
+  // The wire bytes of a received segment, on the device.
+  const uint8_t* upload(Spec s, DType t, const uint8_t* w, size_t n) {
+    if (direct) return w;
+    uint8_t* d = on_device(w);
+    check(cudaMemcpyAsync(d, w, encoded_bytes(s, t, n), cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+    return d;
+  }
+
+  void encode(Spec s, DType t, const void* x, size_t n, float* res, uint8_t* w) override {
+    uint8_t* d = direct ? w : on_device(w);
+    cuda::encode(s, t, x, n, res, d, stream);
+    if (!direct)
+      check(cudaMemcpyAsync(w, d, encoded_bytes(s, t, n), cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
+    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");  // MPI sends it next
+  }
+  void decode(Spec s, DType t, const uint8_t* w, size_t n, float scale, void* y) override {
+    cuda::decode(s, t, upload(s, t, w, n), n, scale, y, stream);
+  }
+  void decode_accumulate(Spec s, DType t, const uint8_t* w, size_t n, float* acc) override {
+    cuda::decode_accumulate(s, t, upload(s, t, w, n), n, acc, stream);
+  }
+  void store(const float* acc, size_t n, float scale, DType t, void* y) override {
+    cuda::store(acc, n, scale, t, y, stream);
+  }
+  void load(DType t, const void* x, size_t n, float* res, float* acc) override {
+    if (res) {
+      check(cudaMemcpyAsync(acc, res, n * sizeof(float), cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync");
+      check(cudaMemsetAsync(res, 0, n * sizeof(float), stream), "cudaMemsetAsync");
+    } else {
+      check(cudaMemsetAsync(acc, 0, n * sizeof(float), stream), "cudaMemsetAsync");
+    }
+    cuda::decode_accumulate(Spec{}, t, static_cast<const uint8_t*>(x), n, acc, stream);
+  }
+  float* scratch_f32(int slot, size_t n) override { return f32[slot].get<float>(n * sizeof(float), stream); }
+  uint8_t* wire(int slot, size_t bytes) override {
+    uint8_t* d = mirror[slot].get<uint8_t>(bytes ? bytes : 1, stream);
+    return direct ? d : host[slot].get<uint8_t>(bytes ? bytes : 1, stream);
+  }
+  void finish() override { check(cudaStreamSynchronize(stream), "cudaStreamSynchronize"); }
+};
+
+}  // namespace
+
+Engine& cuda_engine(void* stream, bool direct) {
+  thread_local CudaEngine e;  // a worker thread (iallreduce) has its own buffers
+  e.stream = static_cast<cudaStream_t>(stream);
+  e.direct = direct;
+  return e;
+}
+
+}  // namespace mpicomp
