@@ -128,7 +128,8 @@ def collective_args(x, out, out_mode, size):
     if out is None:
         out = _empty_like(x, tuple(x.shape) if out_mode == 0 else (m,))
     elif _kind(out) != _kind(x) or str(out.dtype) != str(x.dtype):
-        raise ArgumentError(f"out must be a {_kind(x)} {'tensor' if _is_torch(x) else 'array'} of {x.dtype} like x, got {type(out).__name__}"
+        kind = f"{_kind(x)} {'tensor' if _is_torch(x) else 'array'}"
+        raise ArgumentError(f"out must be a {kind} of {x.dtype} like x, got {type(out).__name__}"
                             + (f" of {out.dtype}" if hasattr(out, "dtype") else ""))
     yptr, got, _, ystream = buffer_info(out, "out")
     if (ystream is None) != (stream is None):

@@ -146,8 +146,9 @@ def allreduce(x, comm=MPI.COMM_WORLD, codec="int8", op="sum", out=None, error_fe
     """Sum (op="sum") or mean (op="avg") of x over all ranks of comm, compressed with codec.
 
     Args:
-        x: contiguous numpy array or torch CPU tensor (float32, float16, bfloat16, float64;
-            integers with codec "none"), any shape.
+        x: contiguous numpy array, torch tensor (CPU or CUDA) or CUDA array (cupy), of
+            float32, float16, bfloat16 or float64 (integers with codec "none"), any shape.
+            GPU arrays are reduced on their GPU, on the current stream (CUDA builds).
         comm: an mpi4py intra-communicator (COMM_WORLD, a Split, Dup or Create_cart of it).
         codec: spec string or Codec (see mpicomp.codec). Below ``config.min_bytes`` the data
             is sent uncompressed; "none" uses the MPI library's own allreduce.

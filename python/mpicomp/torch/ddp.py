@@ -33,13 +33,13 @@ def _checked_comm(comm, who):
 
 
 def _average(flat, comm, codec, feedback):
-    """Averages the contiguous tensor flat over comm in place. Tensors on a GPU go through
-    host memory until the core moves device buffers itself."""
+    """Averages the contiguous tensor flat over comm in place: in GPU memory when mpicomp has
+    a usable GPU, else through host memory."""
     traffic.allreduce(("dp", "gradients"), flat, comm.Get_size(), codec)
     # Scaled before the sum, as DDP scales gradients without a hook: codec "none" then
     # reproduces DDP's rounding.
     flat.mul_(1.0 / comm.Get_size())
-    if flat.device.type == "cpu":
+    if flat.device.type == "cpu" or (flat.is_cuda and mpicomp._core.cuda_available()):
         mpicomp.allreduce(flat, comm=comm, codec=codec, out=flat, error_feedback=feedback)
     else:
         host = flat.cpu()
