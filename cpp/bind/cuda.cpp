@@ -9,6 +9,7 @@
 #include "../codecs/cuda/codec_cuda.h"
 #include "../coll/coll.h"
 #include "../core/errors.h"
+#include "args.h"
 
 namespace py = pybind11;
 using namespace mpicomp;
@@ -44,29 +45,18 @@ void bind_cuda(py::module_& m) {
     if (device_of(reinterpret_cast<void*>(y), "out") != dev)
       throw Error(ErrorKind::argument, "x and out are on different GPUs");
     if (cudaSetDevice(dev) != cudaSuccess) throw Error(ErrorKind::backend, "cudaSetDevice failed");
-    CollArgs a;
-    a.spec = Spec{CodecId(codec), block};
-    a.dtype = DType(dtype);
-    a.count = count;
-    a.avg = avg;
-    a.residual = reinterpret_cast<float*>(residual);
+    CollArgs a = coll_args(codec, block, dtype, count, avg, residual);
     a.engine = &cuda_engine(stream_of(stream), mpi_cuda_aware());
-    struct Finish {  // also when the collective throws: no queued work may outlive the call
-      Engine* e;
-      ~Finish() {
-        try {
-          e->finish();
-        } catch (const Error&) {
-        }
+    try {
+      collective(Coll(coll), c, reinterpret_cast<void*>(x), reinterpret_cast<void*>(y), a);
+    } catch (const Error&) {
+      try {
+        a.engine->finish();  // no queued work may outlive the call; the first error is the one to report
+      } catch (const Error&) {
       }
-    } finish{a.engine};
-    if (coll == int(Coll::allreduce))
-      allreduce(c, reinterpret_cast<void*>(x), reinterpret_cast<void*>(y), a);
-    else if (coll == int(Coll::reduce_scatter))
-      reduce_scatter(c, reinterpret_cast<void*>(x), reinterpret_cast<void*>(y), a);
-    else
-      allgather(c, reinterpret_cast<void*>(x), reinterpret_cast<void*>(y), a);
-    a.engine->finish();  // here its errors are reported
+      throw;
+    }
+    a.engine->finish();
   });
   m.def("cuda_available", &cuda::available, "True when a CUDA device is usable");
   m.def("cuda_encode", [](int codec, uint32_t block, int dtype, uintptr_t x, size_t n, uintptr_t residual,

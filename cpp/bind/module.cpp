@@ -10,6 +10,7 @@
 #include "../coll/coll.h"
 #include "../coll/config.h"
 #include "../core/errors.h"
+#include "args.h"
 
 namespace py = pybind11;
 using namespace mpicomp;
@@ -118,16 +119,6 @@ NumpyArgs numpy_args(const py::array& x, py::handle out, int out_mode, int size)
   return NumpyArgs{y, const_cast<void*>(x.data()), y.mutable_data(), n, dt};
 }
 
-CollArgs args(int codec, uint32_t block, int dtype, size_t count, bool avg, uintptr_t residual) {
-  CollArgs a;
-  a.spec = Spec{CodecId(codec), block};
-  a.dtype = DType(dtype);
-  a.count = count;
-  a.avg = avg;
-  a.residual = ptr<float>(residual);
-  return a;
-}
-
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -171,20 +162,10 @@ PYBIND11_MODULE(_core, m) {
       }
       throw;
     }
-    void* xp = t.xp;
-    void* yp = t.yp;
-    size_t n = t.n;
-    CollArgs a = args(codec, block, t.dt, n, avg, 0);
+    CollArgs a = coll_args(codec, block, t.dt, coll == int(Coll::reduce_scatter) ? t.n / size_t(size) : t.n, avg, 0);
     {
       py::gil_scoped_release nogil;
-      if (coll == int(Coll::allreduce)) {
-        allreduce(c, xp, yp, a);
-      } else if (coll == int(Coll::reduce_scatter)) {
-        a.count = n / size_t(size);
-        reduce_scatter(c, xp, yp, a);
-      } else {
-        allgather(c, xp, yp, a);
-      }
+      collective(Coll(coll), c, t.xp, t.yp, a);
     }
     return t.y;
   });
@@ -215,35 +196,25 @@ PYBIND11_MODULE(_core, m) {
   m.def("set_cpu_target", &set_cpu_target);
 
   // ---- collectives (layer 2) ----
-  m.def("allreduce", [](py::handle comm, uintptr_t x, uintptr_t y, size_t count, int dtype, int codec, uint32_t block,
-                        bool avg, uintptr_t residual) {
+  // A collective (Coll id) on host buffers; count as the core's function takes it. The same
+  // arguments as cuda_collective, less the stream.
+  m.def("collective", [](int coll, py::handle comm, uintptr_t x, uintptr_t y, size_t count, int dtype, int codec,
+                         uint32_t block, bool avg, uintptr_t residual) {
     MPI_Comm c = comm_of(comm);
     py::gil_scoped_release nogil;
-    allreduce(c, ptr<void>(x), ptr<void>(y), args(codec, block, dtype, count, avg, residual));
-  });
-  m.def("reduce_scatter", [](py::handle comm, uintptr_t x, uintptr_t y, size_t count, int dtype, int codec,
-                             uint32_t block, bool avg, uintptr_t residual) {
-    MPI_Comm c = comm_of(comm);
-    py::gil_scoped_release nogil;
-    reduce_scatter(c, ptr<void>(x), ptr<void>(y), args(codec, block, dtype, count, avg, residual));
-  });
-  m.def("allgather", [](py::handle comm, uintptr_t x, uintptr_t y, size_t count, int dtype, int codec,
-                        uint32_t block, uintptr_t residual) {
-    MPI_Comm c = comm_of(comm);
-    py::gil_scoped_release nogil;
-    allgather(c, ptr<void>(x), ptr<void>(y), args(codec, block, dtype, count, false, residual));
+    collective(Coll(coll), c, ptr<void>(x), ptr<void>(y), coll_args(codec, block, dtype, count, avg, residual));
   });
   m.def("send", [](py::handle comm, uintptr_t x, int dest, int tag, size_t count, int dtype, int codec,
                    uint32_t block, uintptr_t residual) {
     MPI_Comm c = comm_of(comm);
     py::gil_scoped_release nogil;
-    send(c, ptr<void>(x), dest, tag, args(codec, block, dtype, count, false, residual));
+    send(c, ptr<void>(x), dest, tag, coll_args(codec, block, dtype, count, false, residual));
   });
   m.def("recv", [](py::handle comm, uintptr_t y, int source, int tag, size_t count, int dtype, int codec,
                    uint32_t block) {
     MPI_Comm c = comm_of(comm);
     py::gil_scoped_release nogil;
-    recv(c, ptr<void>(y), source, tag, args(codec, block, dtype, count, false, 0));
+    recv(c, ptr<void>(y), source, tag, coll_args(codec, block, dtype, count, false, 0));
   });
   m.def("reject", [](py::handle comm, int coll) {
     MPI_Comm c = comm_of(comm);

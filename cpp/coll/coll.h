@@ -25,6 +25,8 @@ void allreduce(MPI_Comm comm, const void* x, void* y, const CollArgs& a);
 void reduce_scatter(MPI_Comm comm, const void* x, void* y, const CollArgs& a);
 // x holds count elements; y (size * count) = the concatenation of all ranks' x.
 void allgather(MPI_Comm comm, const void* x, void* y, const CollArgs& a);
+// One of the three above, by its Coll id (the bindings receive it as a number).
+void collective(Coll coll, MPI_Comm comm, const void* x, void* y, const CollArgs& a);
 // Point to point on the caller's communicator and tag; count elements.
 void send(MPI_Comm comm, const void* x, int dest, int tag, const CollArgs& a);
 void recv(MPI_Comm comm, void* y, int source, int tag, const CollArgs& a);

@@ -49,6 +49,13 @@ void divide(void* y, DType t, size_t n, int size) {
   }
 }
 
+// Whether an uncompressed host collective travels inside the agreement: when it fits
+// eager_bytes (`small`) or when two ranks make that MPI's own exchange (`pair`); eager_bytes
+// 0 turns it off.
+bool rides_agreement(const Signature& sig, const CollArgs& a, const Config& cfg, bool small, bool pair) {
+  return sig.wire == CodecId::none && !a.engine && cfg.eager_bytes && (small || pair);
+}
+
 // Sums n elements of x (dtype t) over all ranks inside the agreement (sig.eager), and stores
 // elements [first, first + len) of the sum (the mean with avg) into y as t; kind is sum or
 // halve (handshake.h). The sum goes straight into y when y takes all of it and t is summed
@@ -104,10 +111,9 @@ void allreduce(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   // The data rides along with the agreement, summed at each recursive-doubling step (16-bit
   // floats as float32, everything else in its own type): when small, and on two ranks at any
   // size, since there recursive doubling moves no more data than MPI's reduce-scatter +
-  // allgather and saves a round of latency. eager_bytes 0 turns both off.
+  // allgather and saves a round of latency.
   MPI_Datatype mt = mpi_type(a.dtype);
-  bool pair = ci.size == 2 && mt != MPI_DATATYPE_NULL;
-  sig.eager = sig.wire == CodecId::none && !a.engine && cfg.eager_bytes && (bytes <= cfg.eager_bytes || pair);
+  sig.eager = rides_agreement(sig, a, cfg, bytes <= cfg.eager_bytes, ci.size == 2 && mt != MPI_DATATYPE_NULL);
   if (sig.eager) return eager_sum(comm, sig, e, Payload::sum, a.dtype, x, a.count, 0, a.count, a.avg, ci.size, y);
 
   handshake(comm, sig);
@@ -145,8 +151,8 @@ void reduce_scatter(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   // large ones take the path below).
   const size_t total = a.count * ci.size;
   MPI_Datatype mt = mpi_type(a.dtype);
-  sig.eager = sig.wire == CodecId::none && !a.engine && cfg.eager_bytes &&
-              (total * dtype_size(a.dtype) <= cfg.eager_bytes || (ci.size == 2 && mt != MPI_DATATYPE_NULL));
+  sig.eager = rides_agreement(sig, a, cfg, total * dtype_size(a.dtype) <= cfg.eager_bytes,
+                              ci.size == 2 && mt != MPI_DATATYPE_NULL);
   if (sig.eager)
     return eager_sum(comm, sig, e, Payload::halve, a.dtype, x, total, a.count * ci.rank, a.count, a.avg, ci.size, y);
   handshake(comm, sig);
@@ -170,8 +176,7 @@ void allgather(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   // The blocks ride along with the agreement, each received straight into place, when small
   // and on two ranks at any size (there it is MPI's own exchange). Bytes, whatever the dtype.
   const size_t block = a.count * dtype_size(a.dtype);
-  sig.eager = sig.wire == CodecId::none && !a.engine && cfg.eager_bytes &&
-              (block * ci.size <= cfg.eager_bytes || ci.size == 2);
+  sig.eager = rides_agreement(sig, a, cfg, block * ci.size <= cfg.eager_bytes, ci.size == 2);
   if (sig.eager) return handshake(comm, sig, Payload{Payload::gather, x, y, block});
   handshake(comm, sig);
   if (a.count == 0) return;
@@ -186,6 +191,15 @@ void allgather(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   Spec wire{sig.wire, a.spec.block};
   Layout L = equal_layout(ci.size, a.count, segment_elems(wire, a.dtype, cfg.segment_bytes));
   allgather_stage(comm, ci, e, wire, a.dtype, L, x, wire.id == CodecId::none ? nullptr : a.residual, a.dtype, y, 1.f);
+}
+
+void collective(Coll coll, MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
+  if (coll == Coll::allreduce)
+    allreduce(comm, x, y, a);
+  else if (coll == Coll::reduce_scatter)
+    reduce_scatter(comm, x, y, a);
+  else
+    allgather(comm, x, y, a);
 }
 
 }  // namespace mpicomp

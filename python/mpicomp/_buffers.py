@@ -100,16 +100,21 @@ def _kind(a):
     return "torch" if _is_torch(a) else type(a).__module__.partition(".")[0]
 
 
-def _empty_like(x, shape):
+def new_like(x, shape, dtype=None, zero=False):
+    """A new array of x's kind (numpy, torch, cupy) on x's device, of x's dtype unless
+    `dtype` (a numpy dtype name) says otherwise; zeros when `zero`."""
+    if isinstance(x, np.ndarray):
+        return (np.zeros if zero else np.empty)(shape, dtype or x.dtype)
     if _is_torch(x):
         import torch
 
-        return torch.empty(shape, dtype=x.dtype, device=x.device)
+        dt = getattr(torch, dtype) if dtype else x.dtype
+        return (torch.zeros if zero else torch.empty)(shape, dtype=dt, device=x.device)
     if type(x).__module__.startswith("cupy"):
         import cupy
 
         with x.device:
-            return cupy.empty(shape, x.dtype)
+            return (cupy.zeros if zero else cupy.empty)(shape, dtype or x.dtype)
     raise ArgumentError(f"pass out= for a {type(x).__name__} (mpicomp allocates torch tensors and cupy arrays only)")
 
 
@@ -126,7 +131,7 @@ def collective_args(x, out, out_mode, size):
                             f"communicator size {size}")
     m = n if out_mode == 0 else n // size if out_mode == 1 else n * size
     if out is None:
-        out = _empty_like(x, tuple(x.shape) if out_mode == 0 else (m,))
+        out = new_like(x, tuple(x.shape) if out_mode == 0 else (m,))
     elif _kind(out) != _kind(x) or str(out.dtype) != str(x.dtype):
         kind = f"{_kind(x)} {'tensor' if _is_torch(x) else 'array'}"
         raise ArgumentError(f"out must be a {kind} of {x.dtype} like x, got {type(out).__name__}"

@@ -76,14 +76,11 @@ def _prepare(coll, comm, x, codec, out, error_feedback, op, out_mode, tell=None)
 def _run(coll, pcomm, xptr, yptr, count, dt, c, avg, rptr, stream):
     """The C++ collective on host buffers, or on GPU buffers on the given stream. count: of
     x's elements for allreduce and allgather, of out's for reduce_scatter."""
-    if stream is not None:
-        _core.cuda_collective(coll, pcomm, xptr, yptr, count, dt, c.id, c.block, avg, rptr, stream)
-    elif coll == _ALLREDUCE:
-        _core.allreduce(pcomm, xptr, yptr, count, dt, c.id, c.block, avg, rptr)
-    elif coll == _REDUCE_SCATTER:
-        _core.reduce_scatter(pcomm, xptr, yptr, count, dt, c.id, c.block, avg, rptr)
+    args = (coll, pcomm, xptr, yptr, count, dt, c.id, c.block, avg, rptr)
+    if stream is None:
+        _core.collective(*args)
     else:
-        _core.allgather(pcomm, xptr, yptr, count, dt, c.id, c.block, rptr)
+        _core.cuda_collective(*args, stream)
 
 
 def _lowrank(codec):

@@ -5,6 +5,7 @@ SignSGD"). Used by compressed gradient allreduce."""
 
 import numpy as np
 
+from ._buffers import new_like
 from .errors import ArgumentError
 
 __all__ = ["ErrorFeedback"]
@@ -43,7 +44,7 @@ class ErrorFeedback:
         kind and device: numpy, torch, cupy); its address."""
         r = self.residual
         if r is None:
-            r = self.residual = _zeros_like(like, count)
+            r = self.residual = new_like(like, (count,), "float32", zero=True)
         n = int(np.prod(tuple(r.shape)))
         if n != count:
             raise ArgumentError(f"error_feedback holds the residual of a stream of {n} elements, but x has "
@@ -55,17 +56,3 @@ class ErrorFeedback:
     def __repr__(self):
         n = None if self.residual is None else int(np.prod(tuple(self.residual.shape)))
         return f"ErrorFeedback(elements={n})"
-
-
-def _zeros_like(like, count):
-    """float32 zeros in like's kind of array and on its device."""
-    if isinstance(like, np.ndarray):
-        return np.zeros(count, np.float32)
-    if type(like).__module__.startswith("cupy"):
-        import cupy
-
-        with like.device:
-            return cupy.zeros(count, cupy.float32)
-    import torch
-
-    return torch.zeros(count, dtype=torch.float32, device=like.device)

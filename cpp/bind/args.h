@@ -1,0 +1,20 @@
+// What the binding files (module.cpp, cuda.cpp) share: a collective's arguments as Python
+// hands them over (ids and addresses), turned into the core's CollArgs.
+#pragma once
+#include <cstdint>
+
+#include "../coll/coll.h"
+
+namespace mpicomp {
+
+inline CollArgs coll_args(int codec, uint32_t block, int dtype, size_t count, bool avg, uintptr_t residual) {
+  CollArgs a;
+  a.spec = Spec{CodecId(codec), block};
+  a.dtype = DType(dtype);
+  a.count = count;
+  a.avg = avg;
+  a.residual = reinterpret_cast<float*>(residual);
+  return a;
+}
+
+}  // namespace mpicomp
