@@ -23,11 +23,6 @@ def _is_torch(x):
     return type(x).__module__.startswith("torch")
 
 
-def _is_cuda(x):
-    """A torch CUDA tensor, or an array in GPU memory that says so (cupy, numba)."""
-    return x.is_cuda if _is_torch(x) else hasattr(x, "__cuda_array_interface__")
-
-
 def _usable_gpu(name):
     if not hasattr(_core, "cuda_collective"):
         raise BackendError(f"{name} is in GPU memory, but this mpicomp build has no CUDA support; "

@@ -53,7 +53,7 @@ def allreduce_bound(c, xs, exact, comm, y_dtype="float32"):
     # The second stage encodes the reduced sum as computed: its block maxima can exceed the
     # exact sum's by the first stage's error.
     parts = first + c.tolerance(np.abs(exact) + first + accumulation)
-    return parts * (1 + 1e-4) + accumulation * 2 + out_rounding(y_dtype, exact) + 1e-12
+    return parts * (1 + 1e-4) + accumulation + out_rounding(y_dtype, exact) + 1e-12
 
 
 def identical_everywhere(comm, y):

@@ -19,7 +19,7 @@ def _master_addr(comm):
     from mpi4py import MPI
 
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
-    one_node = comm.allreduce(node.Get_size() == comm.Get_size(), op=MPI.LAND)
+    one_node = node.Get_size() == comm.Get_size()  # the same answer on every rank
     node.Free()
     addr = None
     if comm.Get_rank() == 0:
