@@ -32,7 +32,7 @@ def test_preload_library_is_installed():
     assert Path(PRELOAD).is_file()
 
 
-@pytest.mark.parametrize("n,codec", [(3, c) for c in ("off", "none", "fp16", "bf16", "int8", "int4", "sign")]
+@pytest.mark.parametrize("n,codec", [(3, c) for c in ("off", "none", "fp16", "bf16", "int8", "int4", "sign", "lz4")]
                          + [(2, "off"), (2, "int8"), (2, "sign")])
 def test_c_program_results_within_codec_bounds(program, n, codec):
     r = mpiexec(n, program, codec, MPICOMP_CODEC=codec)

@@ -59,21 +59,37 @@ void bind_cuda(py::module_& m) {
     a.engine->finish();
   });
   m.def("cuda_available", &cuda::available, "True when a CUDA device is usable");
+  m.def("nvcomp_load", &cuda::nvcomp_load, "Loads nvCOMP from a path; returns '' or why it could not");
+  m.def("nvcomp_loaded", &cuda::nvcomp_loaded);
+  // Returns the bytes written (for lossless codecs the frame's size, after draining the stream).
   m.def("cuda_encode", [](int codec, uint32_t block, int dtype, uintptr_t x, size_t n, uintptr_t residual,
                           uintptr_t out, uintptr_t stream) {
     py::gil_scoped_release nogil;
-    cuda::encode(Spec{CodecId(codec), block}, DType(dtype), reinterpret_cast<const void*>(x), n,
-                 reinterpret_cast<float*>(residual), reinterpret_cast<uint8_t*>(out), reinterpret_cast<void*>(stream));
+    Spec s{CodecId(codec), block};
+    auto* y = reinterpret_cast<uint8_t*>(out);
+    if (is_lossless(s.id))
+      return cuda::frame_encode(s.id, DType(dtype), reinterpret_cast<const void*>(x), n * dtype_size(DType(dtype)), y,
+                                nullptr, reinterpret_cast<void*>(stream));
+    cuda::encode(s, DType(dtype), reinterpret_cast<const void*>(x), n, reinterpret_cast<float*>(residual), y,
+                 reinterpret_cast<void*>(stream));
+    return encoded_bytes(s, DType(dtype), n);
   });
   m.def("cuda_decode", [](int codec, uint32_t block, int dtype, uintptr_t in, size_t n, float scale, uintptr_t y,
                           uintptr_t stream) {
     py::gil_scoped_release nogil;
-    cuda::decode(Spec{CodecId(codec), block}, DType(dtype), reinterpret_cast<const uint8_t*>(in), n, scale,
-                 reinterpret_cast<void*>(y), reinterpret_cast<void*>(stream));
+    Spec s{CodecId(codec), block};
+    auto* src = reinterpret_cast<const uint8_t*>(in);
+    if (is_lossless(s.id) && scale == 1.f)
+      return cuda::frame_decode(s.id, src, nullptr, n * dtype_size(DType(dtype)), reinterpret_cast<uint8_t*>(y),
+                                reinterpret_cast<void*>(stream));
+    if (is_lossless(s.id)) throw Error(ErrorKind::argument, "a lossless codec restores bytes: it cannot scale them");
+    cuda::decode(s, DType(dtype), src, n, scale, reinterpret_cast<void*>(y), reinterpret_cast<void*>(stream));
   });
   m.def("cuda_decode_accumulate", [](int codec, uint32_t block, int dtype, uintptr_t in, size_t n, uintptr_t acc,
                                      uintptr_t stream) {
     py::gil_scoped_release nogil;
+    if (is_lossless(CodecId(codec)))
+      throw Error(ErrorKind::argument, "cuda_decode_accumulate: lossless frames decode with cuda_decode");
     cuda::decode_accumulate(Spec{CodecId(codec), block}, DType(dtype), reinterpret_cast<const uint8_t*>(in), n,
                             reinterpret_cast<float*>(acc), reinterpret_cast<void*>(stream));
   });

@@ -7,6 +7,7 @@
 #include <pybind11/stl.h>
 
 #include "../codecs/codec.h"
+#include "../codecs/lossless.h"
 #include "../coll/coll.h"
 #include "../coll/config.h"
 #include "../core/errors.h"
@@ -180,16 +181,16 @@ PYBIND11_MODULE(_core, m) {
   });
   m.def("encode", [](int codec, uint32_t block, int dtype, uintptr_t x, size_t n, uintptr_t residual, uintptr_t out) {
     py::gil_scoped_release nogil;
-    cpu_kernels().encode(Spec{CodecId(codec), block}, DType(dtype), ptr<void>(x), n, ptr<float>(residual),
-                         ptr<uint8_t>(out));
-  });
+    return host_encode(Spec{CodecId(codec), block}, DType(dtype), ptr<void>(x), n, ptr<float>(residual),
+                       ptr<uint8_t>(out));
+  }, "Encodes into out (room for encoded_bytes); returns the bytes written");
   m.def("decode", [](int codec, uint32_t block, int dtype, uintptr_t in, size_t n, float scale, uintptr_t y) {
     py::gil_scoped_release nogil;
-    cpu_kernels().decode(Spec{CodecId(codec), block}, DType(dtype), ptr<uint8_t>(in), n, scale, ptr<void>(y));
+    host_decode(Spec{CodecId(codec), block}, DType(dtype), ptr<uint8_t>(in), n, scale, ptr<void>(y));
   });
   m.def("decode_accumulate", [](int codec, uint32_t block, int dtype, uintptr_t in, size_t n, uintptr_t acc) {
     py::gil_scoped_release nogil;
-    cpu_kernels().decode_accumulate(Spec{CodecId(codec), block}, DType(dtype), ptr<uint8_t>(in), n, ptr<float>(acc));
+    host_decode_accumulate(Spec{CodecId(codec), block}, DType(dtype), ptr<uint8_t>(in), n, ptr<float>(acc));
   });
   m.def("cpu_targets", &cpu_targets, "SIMD targets this CPU supports, best first");
   m.def("cpu_target", [] { return std::string(cpu_kernels().target); });

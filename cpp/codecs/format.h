@@ -12,6 +12,15 @@
 // Every record but the last has len = B; B is a multiple of kLanes so a record is 4-aligned.
 // fp16 / bf16: n little-endian 16-bit words. none: the input bytes as they are.
 //
+// Lossless codecs (lz4, bitcomp, ans) compress the input's bytes in chunks of kChunkBytes
+// (the last may be shorter), each on its own so that a GPU compresses them in parallel:
+//   [u32 word per chunk, padded to kFrameAlign][chunk 0][chunk 1]...
+// word i = stored size of chunk i; its high bit (kRawChunk) says the chunk is stored as it
+// is, because compressing did not make it smaller. Every chunk starts at a multiple of
+// kFrameAlign (what nvCOMP asks of its inputs) and the frame's size is one too, so frames
+// laid end to end stay aligned. lz4 chunks are LZ4 blocks (the lz4 library's block format,
+// which nvCOMP's LZ4 writes and reads too); bitcomp and ans chunks are nvCOMP's own formats.
+//
 // A block that holds a NaN or +/-Inf gets a NaN scale, so all of its decoded elements are
 // NaN: compression never turns a non-finite gradient into a finite one (loss scaling relies
 // on seeing it).
@@ -31,7 +40,14 @@
 namespace mpicomp {
 
 enum class DType : uint8_t { f32 = 0, f16 = 1, bf16 = 2, f64 = 3, i8 = 4, u8 = 5, i16 = 6, i32 = 7, i64 = 8 };
-enum class CodecId : uint8_t { none = 0, fp16 = 1, bf16 = 2, int8 = 3, int4 = 4, sign = 5 };
+enum class CodecId : uint8_t { none = 0, fp16 = 1, bf16 = 2, int8 = 3, int4 = 4, sign = 5, lz4 = 6, bitcomp = 7, ans = 8 };
+
+// Spec names (as mpicomp.codec() takes them) by CodecId; the last two run on GPUs only.
+constexpr int kCodecs = 9, kHostCodecs = 7;
+inline const char* codec_name(CodecId c) {
+  static const char* names[kCodecs] = {"none", "fp16", "bf16", "int8", "int4", "sign", "lz4", "nvcomp-bitcomp", "nvcomp-ans"};
+  return int(c) < kCodecs ? names[int(c)] : "unknown";
+}
 
 // A codec together with its options; what both ends of a transfer must agree on.
 struct Spec {
@@ -42,6 +58,9 @@ struct Spec {
 constexpr uint32_t kLanes = 32;        // one CUDA warp; also the CPU's partial-sum width
 constexpr uint32_t kMaxBlock = 65536;  // largest block: keeps a record's payload in int range
 constexpr size_t kScaleBytes = 4;
+constexpr size_t kChunkBytes = 65536;  // lossless chunk (nvCOMP's suggested size; a multiple of kFrameAlign)
+constexpr size_t kFrameAlign = 16;
+constexpr uint32_t kRawChunk = 0x80000000u;
 
 MPICOMP_HD size_t dtype_size(DType t) {
   switch (t) {
@@ -53,6 +72,15 @@ MPICOMP_HD size_t dtype_size(DType t) {
 }
 MPICOMP_HD bool is_float(DType t) { return t <= DType::f64; }
 MPICOMP_HD bool is_blockwise(CodecId c) { return c == CodecId::int8 || c == CodecId::int4 || c == CodecId::sign; }
+MPICOMP_HD bool is_lossless(CodecId c) { return c >= CodecId::lz4; }
+MPICOMP_HD size_t frame_align(size_t b) { return (b + kFrameAlign - 1) / kFrameAlign * kFrameAlign; }
+MPICOMP_HD size_t frame_chunks(size_t raw) { return (raw + kChunkBytes - 1) / kChunkBytes; }
+MPICOMP_HD size_t frame_header_bytes(size_t chunks) { return frame_align(4 * chunks); }
+// Largest frame of `raw` input bytes: every chunk stored as it is.
+MPICOMP_HD size_t frame_bound(size_t raw) {
+  size_t m = frame_chunks(raw);
+  return m ? frame_header_bytes(m) + (m - 1) * kChunkBytes + frame_align(raw - (m - 1) * kChunkBytes) : 0;
+}
 
 // Largest quantised magnitude of the integer codecs.
 MPICOMP_HD int qmax(CodecId c) { return c == CodecId::int8 ? 127 : 7; }
@@ -62,10 +90,24 @@ MPICOMP_HD size_t payload_bytes(CodecId c, size_t len) {
 }
 MPICOMP_HD size_t record_bytes(CodecId c, size_t len) { return kScaleBytes + payload_bytes(c, len); }
 
-// Exact encoded size of n elements of dtype t (a codec's output is never padded).
+// The size of the frame at f (its header read), never more than frame_bound.
+inline size_t frame_bytes(const uint8_t* f, size_t raw) {
+  const size_t m = frame_chunks(raw), cap = frame_bound(raw);
+  size_t pos = frame_header_bytes(m);
+  for (size_t i = 0; i < m && pos <= cap; ++i) {
+    uint32_t word;
+    std::memcpy(&word, f + 4 * i, 4);
+    pos += frame_align(word & ~kRawChunk);
+  }
+  return pos < cap ? pos : cap;
+}
+
+// Encoded size of n elements of dtype t: exact for lossy codecs (their output is never
+// padded), the largest a frame can be for lossless ones (what a receiver makes room for).
 MPICOMP_HD size_t encoded_bytes(Spec s, DType t, size_t n) {
   switch (s.id) {
     case CodecId::none: return n * dtype_size(t);
+    case CodecId::lz4: case CodecId::bitcomp: case CodecId::ans: return frame_bound(n * dtype_size(t));
     case CodecId::fp16: case CodecId::bf16: return 2 * n;
     default: {
       size_t full = n / s.block, rem = n % s.block;

@@ -129,6 +129,13 @@ void allreduce(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   float* acc = e.scratch_f32(0, L.len(ci.rank));
   float* res = wire.id == CodecId::none ? nullptr : a.residual;
   reduce_scatter_stage(comm, ci, e, wire, a.dtype, L, x, res, acc);
+  if (is_lossless(wire.id)) {
+    // A frame restores the bytes it was given: the reduced part is stored as the output
+    // first and gathered as it is (the same numbers on every rank).
+    void* mine = static_cast<char*>(y) + L.off[ci.rank] * dtype_size(a.dtype);
+    e.store(acc, L.len(ci.rank), scale, a.dtype, mine);
+    return allgather_stage(comm, ci, e, wire, a.dtype, L, mine, nullptr, a.dtype, y, 1.f);
+  }
   Spec out = output_spec(wire, a.dtype);
   float out_scale = scale;
   if (out.id != wire.id && scale != 1.f) {

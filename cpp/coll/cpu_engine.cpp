@@ -2,6 +2,7 @@
 #include <vector>
 
 #include "../codecs/codec.h"
+#include "../codecs/lossless.h"
 #include "engine.h"
 
 namespace mpicomp {
@@ -12,14 +13,14 @@ struct CpuEngine final : Engine {
   std::vector<float> f32[2];
   std::vector<uint8_t> bytes[2];
 
-  void encode(Spec s, DType t, const void* x, size_t n, float* res, uint8_t* w) override {
-    cpu_kernels().encode(s, t, x, n, res, w);
+  size_t encode(Spec s, DType t, const void* x, size_t n, float* res, uint8_t* w) override {
+    return host_encode(s, t, x, n, res, w);
   }
   void decode(Spec s, DType t, const uint8_t* w, size_t n, float scale, void* y) override {
-    cpu_kernels().decode(s, t, w, n, scale, y);
+    host_decode(s, t, w, n, scale, y);
   }
   void decode_accumulate(Spec s, DType t, const uint8_t* w, size_t n, float* acc) override {
-    cpu_kernels().decode_accumulate(s, t, w, n, acc);
+    host_decode_accumulate(s, t, w, n, acc);
   }
   void store(const float* acc, size_t n, float scale, DType t, void* y) override {
     cpu_kernels().store(acc, n, scale, t, y);

@@ -5,45 +5,15 @@
 // copied to the host and sent while stages.cpp encodes the next one (received segments go
 // the other way: copied up, then decoded). Work is ordered on one stream, so the caller's
 // earlier kernels on it finish before a collective reads its input.
-#include <cuda_runtime.h>
-
-#include <string>
-
 #include "../codecs/cuda/codec_cuda.h"
-#include "../core/errors.h"
+#include "../codecs/cuda/runtime.h"
 #include "engine.h"
 
 namespace mpicomp {
 namespace {
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw Error(ErrorKind::backend, std::string(what) + ": " + cudaGetErrorString(e));
-}
-
-// Grows, never shrinks; reused between calls. Before memory that queued work may still use
-// is freed, the stream is drained.
-struct Buffer {
-  bool host;  // pinned host memory, else device memory
-  void* p = nullptr;
-  size_t size = 0;
-  explicit Buffer(bool h) : host(h) {}
-  ~Buffer() {
-    if (p) host ? cudaFreeHost(p) : cudaFree(p);  // at thread exit: errors cannot be reported
-  }
-  template <class T>
-  T* get(size_t bytes, cudaStream_t s) {
-    if (bytes > size) {
-      if (p) {
-        check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
-        check(host ? cudaFreeHost(p) : cudaFree(p), "cudaFree");
-        p = nullptr, size = 0;
-      }
-      check(host ? cudaMallocHost(&p, bytes) : cudaMalloc(&p, bytes), host ? "cudaMallocHost" : "cudaMalloc");
-      size = bytes;
-    }
-    return static_cast<T*>(p);
-  }
-};
+using cuda::Buffer;
+using cuda::check;
 
 struct CudaEngine final : Engine {
   cudaStream_t stream = nullptr;
@@ -51,6 +21,7 @@ struct CudaEngine final : Engine {
   Buffer f32[2] = {Buffer(false), Buffer(false)};
   Buffer host[2] = {Buffer(true), Buffer(true)};      // staged wire bytes
   Buffer mirror[2] = {Buffer(false), Buffer(false)};  // their device copies (direct: the wire)
+  Buffer restored{false};                             // a lossless frame's bytes, to accumulate
 
   // The device copy of staged wire bytes at w.
   uint8_t* on_device(const uint8_t* w) {
@@ -60,26 +31,40 @@ struct CudaEngine final : Engine {
     }
     throw Error(ErrorKind::backend, "cuda engine: wire bytes outside its staging buffers");
   }
-  // The wire bytes of a received segment, on the device.
+  // The wire bytes of a received segment, on the device (a frame's own size, read from its
+  // header, rather than the room made for it).
   const uint8_t* upload(Spec s, DType t, const uint8_t* w, size_t n) {
     if (direct) return w;
     uint8_t* d = on_device(w);
-    check(cudaMemcpyAsync(d, w, encoded_bytes(s, t, n), cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+    size_t bytes = is_lossless(s.id) ? frame_bytes(w, n * dtype_size(t)) : encoded_bytes(s, t, n);
+    check(cudaMemcpyAsync(d, w, bytes, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
     return d;
   }
+  // A lossless frame's bytes restored at y (device); the header is read where it is staged.
+  void restore(Spec s, DType t, const uint8_t* w, size_t n, void* y) {
+    cuda::frame_decode(s.id, upload(s, t, w, n), direct ? nullptr : w, n * dtype_size(t), static_cast<uint8_t*>(y),
+                       stream);
+  }
 
-  void encode(Spec s, DType t, const void* x, size_t n, float* res, uint8_t* w) override {
+  size_t encode(Spec s, DType t, const void* x, size_t n, float* res, uint8_t* w) override {
     uint8_t* d = direct ? w : on_device(w);
+    if (is_lossless(s.id)) return cuda::frame_encode(s.id, t, x, n * dtype_size(t), d, direct ? nullptr : w, stream);
     cuda::encode(s, t, x, n, res, d, stream);
     if (!direct)
       check(cudaMemcpyAsync(w, d, encoded_bytes(s, t, n), cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
     check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");  // MPI sends it next
+    return encoded_bytes(s, t, n);
   }
   void decode(Spec s, DType t, const uint8_t* w, size_t n, float scale, void* y) override {
-    cuda::decode(s, t, upload(s, t, w, n), n, scale, y, stream);
+    if (!is_lossless(s.id)) return cuda::decode(s, t, upload(s, t, w, n), n, scale, y, stream);
+    if (scale != 1.f) throw Error(ErrorKind::argument, "a lossless codec restores bytes: it cannot scale them");
+    restore(s, t, w, n, y);
   }
   void decode_accumulate(Spec s, DType t, const uint8_t* w, size_t n, float* acc) override {
-    cuda::decode_accumulate(s, t, upload(s, t, w, n), n, acc, stream);
+    if (!is_lossless(s.id)) return cuda::decode_accumulate(s, t, upload(s, t, w, n), n, acc, stream);
+    uint8_t* bytes = restored.get<uint8_t>(n * dtype_size(t), stream);
+    restore(s, t, w, n, bytes);
+    cuda::decode_accumulate(Spec{}, t, bytes, n, acc, stream);
   }
   void store(const float* acc, size_t n, float scale, DType t, void* y) override {
     cuda::store(acc, n, scale, t, y, stream);

@@ -13,8 +13,9 @@ namespace mpicomp {
 
 struct Engine {
   virtual ~Engine() = default;
-  // Encode n elements of x (dtype t, engine memory) into wire; see CpuKernels::encode.
-  virtual void encode(Spec s, DType t, const void* x, size_t n, float* residual, uint8_t* wire) = 0;
+  // Encode n elements of x (dtype t, engine memory) into wire; see host_encode (lossless.h),
+  // whose byte count it returns. The bytes are in place (ready to send) when it returns.
+  virtual size_t encode(Spec s, DType t, const void* x, size_t n, float* residual, uint8_t* wire) = 0;
   virtual void decode(Spec s, DType t, const uint8_t* wire, size_t n, float scale, void* y) = 0;
   virtual void decode_accumulate(Spec s, DType t, const uint8_t* wire, size_t n, float* acc) = 0;
   // y = acc * scale, stored as dtype t.

@@ -239,10 +239,6 @@ const char* coll_name(Coll c) {
     default: return "send/recv";
   }
 }
-const char* codec_name(CodecId c) {
-  static const char* names[] = {"none", "fp16", "bf16", "int8", "int4", "sign"};
-  return names[int(c)];
-}
 const char* dtype_name(DType t) {
   static const char* names[] = {"float32", "float16", "bfloat16", "float64", "int8",
                                 "uint8",   "int16",   "int32",    "int64"};

@@ -61,7 +61,6 @@ void handshake(MPI_Comm comm, const Signature& mine, const Payload& data = Paylo
 size_t accum_size(DType t);
 
 const char* coll_name(Coll c);
-const char* codec_name(CodecId c);
 const char* dtype_name(DType t);
 
 }  // namespace mpicomp

@@ -67,14 +67,14 @@ void send(MPI_Comm comm, const void* x, int dest, int tag, const CollArgs& a) {
   const size_t dts = dtype_size(a.dtype);
   // Uncompressed host data goes out from the caller's buffer as it is.
   bool direct = wire.id == CodecId::none && !a.engine;
-  uint8_t* buf = direct ? nullptr : e.wire(1, encoded_bytes(wire, a.dtype, a.count));
+  uint8_t* buf = direct ? nullptr : e.wire(1, part_bytes(wire, a.dtype, a.count, h.seg));
   std::vector<MPI_Request> reqs(nsegs(a.count, h.seg));
   for (size_t k = 0; k < reqs.size(); ++k) {
     size_t first = k * h.seg, n = std::min<size_t>(h.seg, a.count - first);
-    size_t off = encoded_bytes(wire, a.dtype, first), bytes = encoded_bytes(wire, a.dtype, n);
+    size_t off = segment_offset(wire, a.dtype, h.seg, k), bytes = n * dts;
     const void* src = static_cast<const char*>(x) + first * dts;
     if (!direct) {
-      e.encode(wire, a.dtype, src, n, a.residual ? a.residual + first : nullptr, buf + off);
+      bytes = e.encode(wire, a.dtype, src, n, a.residual ? a.residual + first : nullptr, buf + off);
       src = buf + off;
     }
     mpi_check(PMPI_Isend_c(src, MPI_Count(bytes), MPI_BYTE, dest, tag, comm, &reqs[k]), "MPI_Isend");
@@ -114,11 +114,11 @@ void recv(MPI_Comm comm, void* y, int source, int tag, const CollArgs& a) {
   }
   Engine& e = a.engine ? *a.engine : cpu_engine();
   bool direct = wire.id == CodecId::none && !a.engine;
-  uint8_t* buf = direct ? static_cast<uint8_t*>(y) : e.wire(0, encoded_bytes(wire, a.dtype, a.count));
+  uint8_t* buf = direct ? static_cast<uint8_t*>(y) : e.wire(0, part_bytes(wire, a.dtype, a.count, h.seg));
   std::vector<MPI_Request> reqs(nsegs(a.count, h.seg));
   for (size_t k = 0; k < reqs.size(); ++k) {
     size_t first = k * h.seg, n = std::min<size_t>(h.seg, a.count - first);
-    mpi_check(PMPI_Irecv_c(buf + encoded_bytes(wire, a.dtype, first), MPI_Count(encoded_bytes(wire, a.dtype, n)),
+    mpi_check(PMPI_Irecv_c(buf + segment_offset(wire, a.dtype, h.seg, k), MPI_Count(encoded_bytes(wire, a.dtype, n)),
                            MPI_BYTE, source, tag, comm, &reqs[k]),
               "MPI_Irecv");
   }
@@ -127,7 +127,7 @@ void recv(MPI_Comm comm, void* y, int source, int tag, const CollArgs& a) {
     mpi_check(PMPI_Waitany(int(reqs.size()), reqs.data(), &k, MPI_STATUS_IGNORE), "MPI_Waitany");
     if (direct) continue;
     size_t first = size_t(k) * h.seg, n = std::min<size_t>(h.seg, a.count - first);
-    e.decode(wire, a.dtype, buf + encoded_bytes(wire, a.dtype, first), n, 1.f, static_cast<char*>(y) + first * dts);
+    e.decode(wire, a.dtype, buf + segment_offset(wire, a.dtype, h.seg, k), n, 1.f, static_cast<char*>(y) + first * dts);
   }
 }
 

@@ -9,8 +9,6 @@ constexpr int kTagRS = 0x6d64, kTagAG = 0x6d65;
 
 size_t nsegs(size_t len, size_t seg) { return (len + seg - 1) / seg; }
 size_t seg_len(size_t len, size_t seg, size_t k) { return std::min(seg, len - k * seg); }
-// Byte offset of segment k inside an encoded part (segments are whole blocks).
-size_t seg_off(Spec s, DType t, size_t seg, size_t k) { return encoded_bytes(s, t, k * seg); }
 template <class T>
 const T* at(const void* p, size_t bytes) { return reinterpret_cast<const T*>(static_cast<const char*>(p) + bytes); }
 template <class T>
@@ -44,14 +42,14 @@ Layout balanced_layout(int size, size_t n, size_t granule, size_t seg) {
 }
 
 size_t segment_elems(Spec s, DType t, size_t segment_bytes) {
-  size_t g = is_blockwise(s.id) ? s.block : kLanes;
+  size_t g = is_blockwise(s.id) ? s.block : is_lossless(s.id) ? kChunkBytes / dtype_size(t) : kLanes;
   return std::max(g, segment_bytes / dtype_size(t) / g * g);
 }
 
 void reduce_scatter_stage(MPI_Comm c, const CommInfo& ci, Engine& e, Spec s, DType t, const Layout& L, const void* x,
                           float* res, float* acc) {
   const int r = ci.rank, p = ci.size;
-  const size_t dts = dtype_size(t), my_len = L.len(r), my_enc = encoded_bytes(s, t, my_len);
+  const size_t dts = dtype_size(t), my_len = L.len(r), my_enc = part_bytes(s, t, my_len, L.seg);
   const size_t nin = nsegs(my_len, L.seg);
 
   // Receives, posted in the order they are consumed: segment by segment, peers r-1, r-2, ...
@@ -59,7 +57,7 @@ void reduce_scatter_stage(MPI_Comm c, const CommInfo& ci, Engine& e, Spec s, DTy
   std::vector<MPI_Request> rreq(nin * size_t(p - 1));
   for (size_t k = 0; k < nin; ++k)
     for (int d = 1; d < p; ++d)
-      irecv(rbuf + size_t(d - 1) * my_enc + seg_off(s, t, L.seg, k),
+      irecv(rbuf + size_t(d - 1) * my_enc + segment_offset(s, t, L.seg, k),
             encoded_bytes(s, t, seg_len(my_len, L.seg, k)), (r - d + p) % p, kTagRS, c, &rreq[k * (p - 1) + d - 1]);
 
   e.load(t, at<char>(x, L.off[r] * dts), my_len, res ? res + L.off[r] : nullptr, acc);
@@ -74,14 +72,14 @@ void reduce_scatter_stage(MPI_Comm c, const CommInfo& ci, Engine& e, Spec s, DTy
         mpi_check(PMPI_Test(&rreq[next], &done, MPI_STATUS_IGNORE), "MPI_Test");
       if (!done) return;
       size_t k = next / (p - 1), d = next % (p - 1);
-      e.decode_accumulate(s, t, rbuf + d * my_enc + seg_off(s, t, L.seg, k), seg_len(my_len, L.seg, k),
+      e.decode_accumulate(s, t, rbuf + d * my_enc + segment_offset(s, t, L.seg, k), seg_len(my_len, L.seg, k),
                           acc + k * L.seg);
       ++next;
     }
   };
 
   size_t send_bytes = 0;
-  for (int d = 1; d < p; ++d) send_bytes += encoded_bytes(s, t, L.len((r + d) % p));
+  for (int d = 1; d < p; ++d) send_bytes += part_bytes(s, t, L.len((r + d) % p), L.seg);
   uint8_t* sbuf = e.wire(1, send_bytes);
   std::vector<MPI_Request> sreq;
   size_t spos = 0;
@@ -89,8 +87,8 @@ void reduce_scatter_stage(MPI_Comm c, const CommInfo& ci, Engine& e, Spec s, DTy
     int dst = (r + d) % p;
     size_t len = L.len(dst);
     for (size_t k = 0; k < nsegs(len, L.seg); ++k) {
-      size_t n = seg_len(len, L.seg, k), first = L.off[dst] + k * L.seg, bytes = encoded_bytes(s, t, n);
-      e.encode(s, t, at<char>(x, first * dts), n, res ? res + first : nullptr, sbuf + spos);
+      size_t n = seg_len(len, L.seg, k), first = L.off[dst] + k * L.seg;
+      size_t bytes = e.encode(s, t, at<char>(x, first * dts), n, res ? res + first : nullptr, sbuf + spos);
       isend(sbuf + spos, bytes, dst, kTagRS, c, sreq);
       spos += bytes;
       consume(false);
@@ -107,7 +105,7 @@ void allgather_stage(MPI_Comm c, const CommInfo& ci, Engine& e, Spec s, DType st
 
   // One receive per (peer, segment); part j lands at rpos[j] in the receive buffer.
   std::vector<size_t> rpos(p + 1, 0);
-  for (int j = 0; j < p; ++j) rpos[j + 1] = rpos[j] + (j == r ? 0 : encoded_bytes(s, st, L.len(j)));
+  for (int j = 0; j < p; ++j) rpos[j + 1] = rpos[j] + (j == r ? 0 : part_bytes(s, st, L.len(j), L.seg));
   uint8_t* rbuf = e.wire(0, rpos[p]);
   std::vector<MPI_Request> rreq;
   std::vector<std::pair<int, size_t>> which;  // (part, segment) of each receive
@@ -116,13 +114,13 @@ void allgather_stage(MPI_Comm c, const CommInfo& ci, Engine& e, Spec s, DType st
     for (size_t k = 0; k < nsegs(L.len(j), L.seg); ++k) {
       rreq.emplace_back();
       which.emplace_back(j, k);
-      irecv(rbuf + rpos[j] + seg_off(s, st, L.seg, k), encoded_bytes(s, st, seg_len(L.len(j), L.seg, k)), j, kTagAG,
+      irecv(rbuf + rpos[j] + segment_offset(s, st, L.seg, k), encoded_bytes(s, st, seg_len(L.len(j), L.seg, k)), j, kTagAG,
             c, &rreq.back());
     }
   }
   auto decode_part = [&](const uint8_t* part, int j, size_t k) {
     size_t first = L.off[j] + k * L.seg;
-    e.decode(s, yt, part + seg_off(s, st, L.seg, k), seg_len(L.len(j), L.seg, k), scale, at<char>(y, first * yts));
+    e.decode(s, yt, part + segment_offset(s, st, L.seg, k), seg_len(L.len(j), L.seg, k), scale, at<char>(y, first * yts));
   };
   std::vector<int> idx(rreq.size());
   size_t left = rreq.size();
@@ -140,11 +138,11 @@ void allgather_stage(MPI_Comm c, const CommInfo& ci, Engine& e, Spec s, DType st
   };
 
   const size_t my_len = L.len(r);
-  uint8_t* sbuf = e.wire(1, encoded_bytes(s, st, my_len));
+  uint8_t* sbuf = e.wire(1, part_bytes(s, st, my_len, L.seg));
   std::vector<MPI_Request> sreq;
   for (size_t k = 0; k < nsegs(my_len, L.seg); ++k) {
-    size_t n = seg_len(my_len, L.seg, k), o = seg_off(s, st, L.seg, k), bytes = encoded_bytes(s, st, n);
-    e.encode(s, st, at<char>(src, k * L.seg * sts), n, res ? res + k * L.seg : nullptr, sbuf + o);
+    size_t n = seg_len(my_len, L.seg, k), o = segment_offset(s, st, L.seg, k);
+    size_t bytes = e.encode(s, st, at<char>(src, k * L.seg * sts), n, res ? res + k * L.seg : nullptr, sbuf + o);
     for (int d = 1; d < p; ++d) isend(sbuf + o, bytes, (r + d) % p, kTagAG, c, sreq);
     consume(false);
   }

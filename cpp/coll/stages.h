@@ -29,6 +29,15 @@ Layout equal_layout(int size, size_t k, size_t seg);
 Layout balanced_layout(int size, size_t n, size_t granule, size_t seg);
 // Segment length for a codec and dtype from the configured segment bytes.
 size_t segment_elems(Spec s, DType t, size_t segment_bytes);
+// Where segment k of an encoded part starts in a receive buffer: segments are whole blocks
+// (whole chunks for lossless codecs), so each has room for the largest encoding of `seg`.
+inline size_t segment_offset(Spec s, DType t, size_t seg, size_t k) { return k * encoded_bytes(s, t, seg); }
+// Room for a part of `len` elements sent in segments of `seg` (encoded_bytes(s, t, len) for
+// lossy codecs; a lossless frame per segment needs a header each).
+inline size_t part_bytes(Spec s, DType t, size_t len, size_t seg) {
+  size_t last = len ? (len - 1) / seg : 0;
+  return segment_offset(s, t, seg, last) + encoded_bytes(s, t, len - last * seg);
+}
 
 // acc (float32, own part) = sum over ranks of their part `rank` of x. The own part is added
 // exactly, the others decoded in a fixed order, so the result does not depend on timing.

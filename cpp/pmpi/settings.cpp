@@ -8,13 +8,12 @@ namespace {
 
 // "int4" or "int4:block=128": the spec syntax of mpicomp.codec().
 bool parse_spec(const std::string& text, Spec& spec, std::string& why) {
-  static const char* names[] = {"none", "fp16", "bf16", "int8", "int4", "sign"};
   std::string name = text.substr(0, text.find(':'));
   int id = -1;
-  for (int i = 0; i < 6; ++i)
-    if (name == names[i]) id = i;
+  for (int i = 0; i < kHostCodecs; ++i)  // host buffers: not the GPU-only codecs
+    if (name == codec_name(CodecId(i))) id = i;
   if (id < 0) {
-    why = "unknown codec '" + name + "' (codecs: none, fp16, bf16, int8, int4, sign, or off)";
+    why = "unknown codec '" + name + "' (codecs: none, fp16, bf16, int8, int4, sign, lz4, or off)";
     return false;
   }
   spec = Spec{CodecId(id), 256};

@@ -10,10 +10,13 @@ the reduced sum), so its error is at most the sum of those stages' bounds. A blo
 a NaN or an Inf decodes to all NaN (it is never hidden).
 """
 
+import importlib.util
+import os
+
 import numpy as np
 
 from . import _core
-from .errors import CodecError
+from .errors import BackendError, CodecError
 
 __all__ = ["Codec", "codec", "available_codecs"]
 
@@ -30,6 +33,8 @@ class Codec:
     id = 0
     name = "none"
     _options = {}
+    device_only = False  # whether it runs on GPU buffers only
+    exact = False  # decodes to its input (none, lossless): no error feedback to keep
 
     def __init__(self, **options):
         unknown = set(options) - set(self._options)
@@ -69,8 +74,12 @@ class Codec:
             raise CodecError(f"codec {self.name!r} compresses floating-point data only, but {argument} has dtype "
                              f"{dtype_name}; use codec='none' for integer arrays")
 
+    def check_memory(self, on_device):
+        """Raises BackendError when this codec cannot run on host (or device) buffers here."""
+
     def encoded_bytes(self, count, dtype="float32"):
-        """Exact size in bytes of ``count`` elements of ``dtype`` once encoded."""
+        """Size in bytes of ``count`` elements of ``dtype`` once encoded: exact for lossy
+        codecs, the largest it can be for lossless ones."""
         dtype = _dtype_name(dtype)
         self.check_dtype(dtype)
         return _core.encoded_bytes(self.id, self.block, DTYPE_IDS[dtype], int(count))
@@ -99,26 +108,31 @@ class Codec:
             if residual.dtype != np.float32 or residual.size != x.size or not residual.flags.c_contiguous:
                 raise CodecError(f"residual must be a contiguous float32 array of {x.size} elements")
             rptr = residual.ctypes.data
-        _core.encode(self.id, self.block, DTYPE_IDS[dtype], x.ctypes.data, x.size, rptr, out.ctypes.data)
-        return out
+        n = _core.encode(self.id, self.block, DTYPE_IDS[dtype], x.ctypes.data, x.size, rptr, out.ctypes.data)
+        return out[:n]
 
     def decode(self, data, count, dtype="float32"):
         """Decodes ``count`` elements from the bytes ``encode`` returned."""
         dtype = _dtype_name(dtype)
         self.check_dtype(dtype)
         data = np.ascontiguousarray(data, dtype=np.uint8)
-        if data.size != self.encoded_bytes(count, dtype):
-            raise CodecError(f"data has {data.size} bytes but {count} {dtype} elements encode to "
-                             f"{self.encoded_bytes(count, dtype)} with {self!r}")
+        self._check_size(data.size, count, dtype)
+        room = np.zeros(self.encoded_bytes(count, dtype), np.uint8)  # a frame's decoder may read up to its bound
+        room[: data.size] = data
         out = np.empty(count, np.dtype(dtype))
-        _core.decode(self.id, self.block, DTYPE_IDS[dtype], data.ctypes.data, count, 1.0, out.ctypes.data)
+        _core.decode(self.id, self.block, DTYPE_IDS[dtype], room.ctypes.data, count, 1.0, out.ctypes.data)
         return out
+
+    def _check_size(self, size, count, dtype):
+        if size != self.encoded_bytes(count, dtype):
+            raise CodecError(f"data has {size} bytes but {count} {dtype} elements encode to "
+                             f"{self.encoded_bytes(count, dtype)} with {self!r}")
 
 
 class NoneCodec(Codec):
     """No compression: the input's bytes as they are. Exact."""
 
-    name, id = "none", 0
+    name, id, exact = "none", 0, True
 
     def tolerance(self, x):
         return np.zeros(np.shape(x))
@@ -263,7 +277,62 @@ class PowerSGDCodec(Codec):
     decode = encode
 
 
-_CODECS = {c.name: c for c in (NoneCodec, Fp16Codec, Bf16Codec, Int8Codec, Int4Codec, SignCodec, PowerSGDCodec)}
+class _LosslessCodec(Codec):
+    """Lossless: the input's bytes compressed in 64 KiB chunks, each stored as it is when
+    compressing does not shrink it (so a frame is at most 16 bytes per 4 MiB larger than its
+    input). Exact. How much it saves depends on the data: ``len(encode(x))`` measures it;
+    ``ratio()`` gives the worst case (just under 1)."""
+
+    exact = True
+
+    def tolerance(self, x):
+        return np.zeros(np.shape(x))
+
+    def _check_size(self, size, count, dtype):
+        if size > self.encoded_bytes(count, dtype) or size % 16:
+            raise CodecError(f"data has {size} bytes, which is not a {self.name} frame of {count} {dtype} elements")
+
+    def check_memory(self, on_device):
+        if on_device and not nvcomp_loaded():
+            raise BackendError(f"codec {self.name!r} on GPU buffers needs nvCOMP: pip install 'mpicomp[cuda]' "
+                               f"(nvidia-nvcomp-cu13)")
+        if not on_device and self.device_only:
+            raise BackendError(f"codec {self.name!r} runs on GPU buffers only (nvCOMP has no host version); "
+                               f"'lz4' compresses host arrays")
+
+
+class Lz4Codec(_LosslessCodec):
+    """LZ4 (the lz4 library's block format): on host arrays mpicomp's own greedy encoder, on
+    GPU buffers nVIDIA nvCOMP's (needs the ``mpicomp[cuda]`` extra). Either side decodes the
+    other's bytes. Fast; shrinks data with repeated byte runs (zeros, sparse or padded
+    gradients), little else: float32 noise stays ~1.0x."""
+
+    name, id = "lz4", 6
+
+
+class NvcompLz4Codec(Lz4Codec):
+    """``lz4`` under the name the nvCOMP codecs share; listed only where nvCOMP is loaded."""
+
+    name = "nvcomp-lz4"
+
+
+class NvcompBitcompCodec(_LosslessCodec):
+    """nvCOMP's Bitcomp (GPU buffers only): packs the words of each chunk (16-, 32- or 64-bit
+    by dtype) into their differences' significant bits."""
+
+    name, id, device_only = "nvcomp-bitcomp", 7, True
+
+
+class NvcompAnsCodec(_LosslessCodec):
+    """nvCOMP's ANS (GPU buffers only): rANS entropy coding of the chunk's bytes, modelled as
+    float16 / float32 words for those dtypes; a float's exponent byte carries the savings."""
+
+    name, id, device_only = "nvcomp-ans", 8, True
+
+
+_CODECS = {c.name: c for c in (NoneCodec, Fp16Codec, Bf16Codec, Int8Codec, Int4Codec, SignCodec, PowerSGDCodec,
+                               Lz4Codec, NvcompLz4Codec, NvcompBitcompCodec, NvcompAnsCodec)}
+_NVCOMP_NAMES = ("nvcomp-lz4", "nvcomp-bitcomp", "nvcomp-ans")
 _CACHE = {}
 
 
@@ -300,6 +369,9 @@ def codec(spec="none", **options):
     else:
         raise CodecError(f"codec must be a spec string or an mpicomp.Codec, got {type(spec).__name__}")
     cls = _CODECS.get(name)
+    if name in _NVCOMP_NAMES and not nvcomp_loaded():
+        raise CodecError(f"codec {name!r} needs nvCOMP and a CUDA GPU (pip install 'mpicomp[cuda]'); "
+                         f"available: {', '.join(available_codecs())}")
     if cls is None:
         raise CodecError(f"unknown codec {name!r}; available: {', '.join(available_codecs())}")
     c = cls(**opts)
@@ -309,8 +381,33 @@ def codec(spec="none", **options):
 
 
 def available_codecs():
-    """Spec names usable on this build and host."""
-    return list(_CODECS)
+    """Spec names usable on this build and host (nvcomp-* only where nvCOMP is loaded)."""
+    return [n for n in _CODECS if n not in _NVCOMP_NAMES or nvcomp_loaded()]
+
+
+_NVCOMP = []
+
+
+def nvcomp_loaded():
+    """Whether nvCOMP is loaded (tried once): a CUDA build with a usable GPU, and the library
+    at $MPICOMP_NVCOMP_LIBRARY or from the pip package nvidia-libnvcomp-cu13."""
+    if not _NVCOMP:
+        path = os.environ.get("MPICOMP_NVCOMP_LIBRARY") or _wheel_nvcomp()
+        _NVCOMP.append(bool(path and hasattr(_core, "nvcomp_load") and _core.cuda_available()
+                            and _core.nvcomp_load(path) == ""))
+    return _NVCOMP[0]
+
+
+def _wheel_nvcomp():
+    try:
+        spec = importlib.util.find_spec("nvidia.libnvcomp")
+    except ImportError:
+        return None
+    for d in (spec.submodule_search_locations or []) if spec else []:
+        path = os.path.join(d, "lib64", "libnvcomp.so.6")
+        if os.path.isfile(path):
+            return path
+    return None
 
 
 def _dtype_name(dtype):

@@ -60,12 +60,13 @@ def _prepare(coll, comm, x, codec, out, error_feedback, op, out_mode, tell=None)
     try:
         out, xptr, yptr, count, dt, stream = collective_args(x, out, out_mode, pcomm.Get_size())
         _core.check_combination(dt, c.id, avg)
+        c.check_memory(stream is not None)
         rptr = 0
         if error_feedback is not None:
             if not isinstance(error_feedback, ErrorFeedback):
                 raise ArgumentError(f"error_feedback must be an mpicomp.ErrorFeedback or None, "
                                     f"got {type(error_feedback).__name__}")
-            if c.id != 0:
+            if not c.exact:
                 rptr = error_feedback._buffer(count, x)
     except MpicompError as own:
         tell(pcomm, coll)
@@ -132,8 +133,13 @@ def _numpy(coll, comm, x, codec, out, op, c=None):
     ctx = _comm.known(comm)
     c = c or _cached(codec)
     avg = _OPS.get(op)
-    if ctx is None or c is None or c.id is None or avg is None:
+    if ctx is None or c is None or c.id is None or avg is None or c.device_only:
         pcomm, c, avg = _spec_args(coll, comm, codec, op)
+        try:
+            c.check_memory(False)
+        except MpicompError as own:
+            _tell_others(pcomm, coll)
+            raise own
     else:
         pcomm = ctx.comm
     return _core.numpy_collective(coll, pcomm, x, out, c.id, c.block, avg)
@@ -244,6 +250,7 @@ def _p2p_args(buf, codec, name, comm, peer, peer_name):
         raise CodecError(f"codec {c.name!r} is an allreduce algorithm; send/recv take a wire codec")
     ptr, n, dt = array_info(buf, name)
     c.check_dtype(dtype_name(dt), name)
+    c.check_memory(False)
     if not isinstance(peer, int) or not (0 <= peer < comm.Get_size() or peer == MPI.ANY_SOURCE):
         raise ArgumentError(f"{peer_name} must be a rank of comm (0..{comm.Get_size() - 1}), got {peer!r}")
     return c, ptr, n, dt
@@ -253,7 +260,7 @@ def send(x, dest, comm=MPI.COMM_WORLD, codec="int8", tag=0, error_feedback=None)
     """Sends x to rank dest of comm, compressed; the receiver calls recv with an array of the
     same count and dtype and the same codec. Returns when x may be reused."""
     c, ptr, n, dt = _p2p_args(x, codec, "x", comm, dest, "dest")
-    rptr = error_feedback._buffer(n, x) if (error_feedback is not None and c.id != 0) else 0
+    rptr = error_feedback._buffer(n, x) if (error_feedback is not None and not c.exact) else 0
     _core.send(comm, ptr, dest, tag, n, dt, c.id, c.block, rptr)
 
 

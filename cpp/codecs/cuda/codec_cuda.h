@@ -3,6 +3,8 @@
 // that code without CUDA headers can include this). Asynchronous: results are ready when the
 // stream is. Compiled only with CUDA (MPICOMP_WITH_CUDA).
 #pragma once
+#include <string>
+
 #include "../format.h"
 
 namespace mpicomp::cuda {
@@ -15,5 +17,25 @@ void decode(Spec s, DType t, const uint8_t* in, size_t n, float scale, void* y, 
 void decode_accumulate(Spec s, DType t, const uint8_t* in, size_t n, float* acc, void* stream);
 // y = acc * scale, stored as dtype t (CpuKernels::store on the GPU).
 void store(const float* acc, size_t n, float scale, DType t, void* y, void* stream);
+
+// Lossless frames (format.h) through nvCOMP (nvcomp.cpp), loaded at run time from `path`
+// (the pip package nvidia-libnvcomp-cu13 installs it). Returns "" once loaded, else why not.
+std::string nvcomp_load(const std::string& path);
+bool nvcomp_loaded();
+// Compresses `raw` bytes at x (device) into a frame at out (device); with host_copy, the
+// frame is copied there too. Returns the frame's size; the stream is drained.
+size_t frame_encode(CodecId c, DType t, const void* x, size_t raw, uint8_t* out, uint8_t* host_copy, void* stream);
+// Restores a frame at in (device) to `raw` bytes at y (device). header: the frame's first
+// frame_header_bytes in host memory if the caller has them (staged bytes), else null (they
+// are read back). Codec errors on a corrupt frame; the stream is drained.
+void frame_decode(CodecId c, const uint8_t* in, const uint8_t* header, size_t raw, uint8_t* y, void* stream);
+
+// Copies of byte ranges, one thread block each, zero-filling dst from `bytes` to `padded`.
+struct ChunkCopy {
+  const uint8_t* src;
+  uint8_t* dst;
+  uint32_t bytes, padded;
+};
+void copy_chunks(const ChunkCopy* list, size_t count, void* stream);  // list in device memory
 
 }  // namespace mpicomp::cuda

@@ -2,22 +2,14 @@
 // lane j handles elements j, j + 32, j + 64, ..., which is the lane order format.h fixes for
 // the sign codec's abs-sum, so every result is bit-identical to the CPU's (nvcc --fmad=false
 // matches the CPU's -ffp-contract=off). Decoding is one thread per element.
-#include <cuda_runtime.h>
-
-#include <string>
-
-#include "../../core/errors.h"
 #include "codec_cuda.h"
+#include "runtime.h"
 
 namespace mpicomp::cuda {
 namespace {
 
 constexpr unsigned kFull = 0xffffffffu;
 constexpr int kThreads = 256;
-
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw Error(ErrorKind::backend, std::string(what) + ": " + cudaGetErrorString(e));
-}
 
 __device__ __forceinline__ float warp_absmax(float m) {
   for (int off = 16; off > 0; off >>= 1) m = absmax_step(m, __shfl_xor_sync(kFull, m, off));
@@ -233,6 +225,26 @@ void store(const float* acc, size_t n, float scale, DType t, void* y, void* stre
   if (n == 0) return;
   store_kernel<<<grid_for(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(acc, n, scale, t, y);
   check(cudaGetLastError(), "store kernel launch");
+}
+
+namespace {
+// Whole 16-byte words where both ends allow (frame chunks always do), bytes for the rest.
+__global__ void copy_chunks_kernel(const ChunkCopy* list) {
+  const ChunkCopy c = list[blockIdx.x];
+  size_t words = 0;
+  if (((reinterpret_cast<uintptr_t>(c.src) | reinterpret_cast<uintptr_t>(c.dst)) & 15) == 0) {
+    words = c.bytes / 16;
+    for (size_t i = threadIdx.x; i < words; i += blockDim.x)
+      reinterpret_cast<uint4*>(c.dst)[i] = reinterpret_cast<const uint4*>(c.src)[i];
+  }
+  for (size_t i = words * 16 + threadIdx.x; i < c.padded; i += blockDim.x) c.dst[i] = i < c.bytes ? c.src[i] : 0;
+}
+}  // namespace
+
+void copy_chunks(const ChunkCopy* list, size_t count, void* stream) {
+  if (count == 0) return;
+  copy_chunks_kernel<<<unsigned(count), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(list);
+  check(cudaGetLastError(), "copy_chunks kernel launch");
 }
 
 }  // namespace mpicomp::cuda

@@ -101,7 +101,7 @@ class DDPHookState:
     def _feedback_for(self, bucket):
         """The bucket's ErrorFeedback (a wire codec), or a function of a tensor's index in
         the bucket giving its own ("powersgd"); None without error feedback."""
-        if not self.error_feedback or self.codec.id == 0:
+        if not self.error_feedback or self.codec.exact:
             return None
         members = tuple(id(p) for p in bucket.parameters())
         entry = self.feedback.get(bucket.index())
@@ -178,7 +178,7 @@ class GradientReducer:
                 self.buckets.append([p])
             else:
                 last.append(p)
-        lossy = error_feedback and self.codec.id != 0
+        lossy = error_feedback and not self.codec.exact
         if self.codec.id is None:  # powersgd: one ErrorFeedback per tensor
             self.feedback = [[mpicomp.ErrorFeedback() for _ in b].__getitem__ if lossy else (lambda i: None)
                              for b in self.buckets]

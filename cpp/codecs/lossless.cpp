@@ -1,0 +1,193 @@
+// Host lossless frames, and the LZ4 block format written from its specification
+// (https://github.com/lz4/lz4/blob/dev/doc/lz4_Block_format.md): a block is a run of
+// sequences [token][literal length+][literals][offset, 2 bytes LE][match length+]; the token's
+// high nibble is the literal length, its low nibble the match length minus 4 (15 = more bytes
+// follow, each added, until one is not 255); the last sequence has literals only. The end
+// rules: the last 5 bytes are literals, and no match starts in the last 12 bytes.
+// The encoder is greedy with a 4096-entry hash of 4-byte words: fast, not the best ratio.
+#include "lossless.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "../core/errors.h"
+#include "codec.h"
+
+namespace mpicomp {
+namespace {
+
+constexpr size_t kMinMatch = 4, kLastLiterals = 5, kMatchFromEnd = 12, kMaxOffset = 65535;
+constexpr int kHashBits = 12;
+
+uint32_t read32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+uint32_t hash4(uint32_t v) { return (v * 2654435761u) >> (32 - kHashBits); }
+
+// Appends a length's continuation bytes (the part at and above 15 in the token's nibble).
+bool put_length(uint8_t*& op, const uint8_t* end, size_t len) {
+  for (; len >= 255; len -= 255) {
+    if (op >= end) return false;
+    *op++ = 255;
+  }
+  if (op >= end) return false;
+  *op++ = uint8_t(len);
+  return true;
+}
+
+bool put_sequence(uint8_t*& op, const uint8_t* end, const uint8_t* lit, size_t nlit, size_t offset, size_t mlen) {
+  if (op >= end) return false;
+  uint8_t* token = op++;
+  *token = uint8_t(std::min<size_t>(nlit, 15) << 4);
+  if (nlit >= 15 && !put_length(op, end, nlit - 15)) return false;
+  if (size_t(end - op) < nlit) return false;
+  std::memcpy(op, lit, nlit);
+  op += nlit;
+  if (!mlen) return true;  // the last sequence
+  if (end - op < 2) return false;
+  *op++ = uint8_t(offset);
+  *op++ = uint8_t(offset >> 8);
+  *token |= uint8_t(std::min<size_t>(mlen - kMinMatch, 15));
+  return mlen - kMinMatch < 15 || put_length(op, end, mlen - kMinMatch - 15);
+}
+
+bool get_length(const uint8_t*& ip, const uint8_t* end, size_t& len) {
+  uint8_t b;
+  do {
+    if (ip >= end) return false;
+    b = *ip++;
+    len += b;
+  } while (b == 255);
+  return true;
+}
+
+size_t chunk_len(size_t raw, size_t i) { return std::min(kChunkBytes, raw - i * kChunkBytes); }
+
+[[noreturn]] void gpu_only(CodecId c) {
+  throw Error(ErrorKind::backend, std::string("codec nvcomp-") + (c == CodecId::ans ? "ans" : "bitcomp") +
+                                      " encodes and decodes on a GPU only (nvCOMP); give it device buffers");
+}
+
+size_t frame_encode(CodecId c, const uint8_t* x, size_t raw, uint8_t* out) {
+  if (c != CodecId::lz4) gpu_only(c);
+  const size_t m = frame_chunks(raw);
+  size_t pos = frame_header_bytes(m);
+  std::memset(out, 0, pos);
+  for (size_t i = 0; i < m; ++i) {
+    const size_t len = chunk_len(raw, i);
+    size_t stored = lz4_compress_block(x + i * kChunkBytes, len, out + pos, len - 1);
+    uint32_t word = uint32_t(stored);
+    if (!stored) {
+      std::memcpy(out + pos, x + i * kChunkBytes, len);
+      stored = len;
+      word = uint32_t(len) | kRawChunk;
+    }
+    std::memcpy(out + 4 * i, &word, 4);
+    std::memset(out + pos + stored, 0, frame_align(stored) - stored);  // same input, same bytes
+    pos += frame_align(stored);
+  }
+  return pos;
+}
+
+void frame_decode(CodecId c, const uint8_t* in, size_t raw, uint8_t* y) {
+  const size_t m = frame_chunks(raw), cap = frame_bound(raw);
+  size_t pos = frame_header_bytes(m);
+  for (size_t i = 0; i < m; ++i) {
+    uint32_t word;
+    std::memcpy(&word, in + 4 * i, 4);
+    const size_t len = chunk_len(raw, i), stored = word & ~kRawChunk;
+    const bool as_is = word & kRawChunk;
+    bool ok = (as_is ? stored == len : stored < len) && stored <= cap - pos;
+    if (ok && as_is) {
+      std::memcpy(y + i * kChunkBytes, in + pos, len);
+    } else if (ok) {
+      if (c != CodecId::lz4) gpu_only(c);
+      ok = lz4_decompress_block(in + pos, stored, y + i * kChunkBytes, len);
+    }
+    if (!ok)
+      throw Error(ErrorKind::codec, "corrupt lossless frame: chunk " + std::to_string(i) + " of " + std::to_string(m) +
+                                        " does not decode to its " + std::to_string(len) + " bytes");
+    pos += frame_align(stored);
+  }
+}
+
+}  // namespace
+
+size_t lz4_compress_block(const uint8_t* src, size_t n, uint8_t* dst, size_t cap) {
+  uint8_t* op = dst;
+  const uint8_t* end = dst + cap;
+  size_t anchor = 0;
+  if (n > kMatchFromEnd) {
+    std::vector<uint32_t> table(size_t(1) << kHashBits, UINT32_MAX);
+    const size_t last_start = n - kMatchFromEnd, match_end = n - kLastLiterals;
+    for (size_t ip = 0; ip <= last_start;) {
+      uint32_t v = read32(src + ip), h = hash4(v), ref = table[h];
+      table[h] = uint32_t(ip);
+      if (ref == UINT32_MAX || ip - ref > kMaxOffset || read32(src + ref) != v) {
+        ip += 1 + ((ip - anchor) >> 6);  // skip faster through data that does not repeat
+        continue;
+      }
+      size_t len = kMinMatch;
+      while (ip + len < match_end && src[ref + len] == src[ip + len]) ++len;
+      if (!put_sequence(op, end, src + anchor, ip - anchor, ip - ref, len)) return 0;
+      ip += len;
+      anchor = ip;
+    }
+  }
+  if (!put_sequence(op, end, src + anchor, n - anchor, 0, 0)) return 0;
+  return size_t(op - dst);
+}
+
+bool lz4_decompress_block(const uint8_t* src, size_t n, uint8_t* dst, size_t out_n) {
+  const uint8_t *ip = src, *iend = src + n;
+  size_t op = 0;
+  for (;;) {
+    if (ip >= iend) return false;
+    const uint8_t token = *ip++;
+    size_t nlit = token >> 4;
+    if (nlit == 15 && !get_length(ip, iend, nlit)) return false;
+    if (size_t(iend - ip) < nlit || out_n - op < nlit) return false;
+    std::memcpy(dst + op, ip, nlit);
+    ip += nlit, op += nlit;
+    if (ip == iend) return op == out_n;
+    if (iend - ip < 2) return false;
+    const size_t offset = size_t(ip[0]) | size_t(ip[1]) << 8;
+    ip += 2;
+    size_t mlen = token & 15;
+    if (mlen == 15 && !get_length(ip, iend, mlen)) return false;
+    mlen += kMinMatch;
+    if (offset == 0 || offset > op || out_n - op < mlen) return false;
+    if (offset >= mlen) {
+      std::memcpy(dst + op, dst + op - offset, mlen);
+    } else {  // the match overlaps what it writes: it repeats the last `offset` bytes
+      for (size_t k = 0; k < mlen; ++k) dst[op + k] = dst[op + k - offset];
+    }
+    op += mlen;
+  }
+}
+
+size_t host_encode(Spec s, DType t, const void* x, size_t n, float* residual, uint8_t* out) {
+  if (is_lossless(s.id)) return frame_encode(s.id, static_cast<const uint8_t*>(x), n * dtype_size(t), out);
+  cpu_kernels().encode(s, t, x, n, residual, out);
+  return encoded_bytes(s, t, n);
+}
+
+void host_decode(Spec s, DType t, const uint8_t* in, size_t n, float scale, void* y) {
+  if (!is_lossless(s.id)) return cpu_kernels().decode(s, t, in, n, scale, y);
+  if (scale != 1.f) throw Error(ErrorKind::argument, "a lossless codec restores bytes: it cannot scale them");
+  frame_decode(s.id, in, n * dtype_size(t), static_cast<uint8_t*>(y));
+}
+
+void host_decode_accumulate(Spec s, DType t, const uint8_t* in, size_t n, float* acc) {
+  if (!is_lossless(s.id)) return cpu_kernels().decode_accumulate(s, t, in, n, acc);
+  thread_local std::vector<uint8_t> raw;
+  raw.resize(n * dtype_size(t));
+  frame_decode(s.id, in, raw.size(), raw.data());
+  cpu_kernels().decode_accumulate(Spec{}, t, raw.data(), n, acc);
+}
+
+}  // namespace mpicomp

@@ -1,0 +1,132 @@
+"""The lossless frames (format.h) on the host: exact round trips, real compression where the
+data repeats, chunks stored as they are where it does not, LZ4 blocks that the lz4 library
+(an independent implementation) decodes and writes, and corrupt frames rejected."""
+import lz4.block
+import numpy as np
+import pytest
+import torch
+
+import mpicomp
+
+CHUNK = 65536
+
+
+def gradient_like(n, dtype=np.float32, seed=0):
+    """Mostly-zero rows among dense ones, as embedding and padded-batch gradients are."""
+    rng = np.random.default_rng(seed)
+    x = np.zeros(n, np.float64)
+    rows = rng.random(n // 256 + 1) < 0.2
+    dense = np.repeat(rows, 256)[:n]
+    x[dense] = rng.standard_normal(int(dense.sum()))
+    return x.astype(dtype)
+
+
+def frame_words(frame, raw):
+    m = -(-raw // CHUNK)
+    return np.frombuffer(frame[: 4 * m].tobytes(), "<u4"), -(-4 * m // 16) * 16
+
+
+def chunks(frame, raw):
+    """(stored bytes, stored as is, length) of every chunk of a frame."""
+    words, pos = frame_words(frame, raw)
+    out = []
+    for i, w in enumerate(words):
+        size, as_is = int(w & 0x7FFFFFFF), bool(w >> 31)
+        out.append((frame[pos:pos + size].tobytes(), as_is, min(CHUNK, raw - i * CHUNK)))
+        pos += -(-size // 16) * 16
+    assert pos == frame.size
+    return out
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
+@pytest.mark.parametrize("n", [0, 1, 13, CHUNK // 4 - 1, CHUNK // 4, CHUNK // 4 + 1, 300_001])
+@pytest.mark.parametrize("kind", ["noise", "zeros", "sparse"])
+def test_roundtrip_is_exact(dtype, n, kind):
+    c = mpicomp.codec("lz4")
+    x = {"noise": lambda: np.random.default_rng(n).standard_normal(n).astype(dtype),
+         "zeros": lambda: np.zeros(n, dtype), "sparse": lambda: gradient_like(n, dtype, n)}[kind]()
+    frame = c.encode(x)
+    assert frame.size % 16 == 0 and frame.size <= c.encoded_bytes(n, x.dtype)
+    y = c.decode(frame, n, x.dtype)
+    assert y.tobytes() == x.tobytes()
+
+
+def test_bfloat16_roundtrip_is_exact():
+    x = torch.from_numpy(gradient_like(100_000)).to(torch.bfloat16)
+    raw = x.view(torch.int16).numpy()
+    frame = mpicomp.codec("lz4").encode(raw.view(np.uint16).view(np.float16))  # the bytes are what count
+    back = mpicomp.codec("lz4").decode(frame, x.numel(), "float16")
+    assert back.view(np.int16).tobytes() == raw.tobytes()
+
+
+def test_compresses_what_repeats_and_stores_noise_as_is():
+    c = mpicomp.codec("lz4")
+    n = 1 << 20
+    assert n * 4 / c.encode(np.zeros(n, np.float32)).size > 200
+    sparse = gradient_like(n)
+    assert n * 4 / c.encode(sparse).size > 3
+    noise = np.random.default_rng(1).standard_normal(n).astype(np.float32)
+    frame = c.encode(noise)
+    stored = chunks(frame, noise.nbytes)
+    assert all(as_is and len(b) == length for b, as_is, length in stored)  # nothing to gain: as is
+    assert frame.size == c.encoded_bytes(n)
+
+
+def test_chunks_are_lz4_blocks_the_lz4_library_reads():
+    x = gradient_like(200_000)
+    frame = mpicomp.codec("lz4").encode(x)
+    raw = x.tobytes()
+    compressed = 0
+    for i, (block, as_is, length) in enumerate(chunks(frame, len(raw))):
+        want = raw[i * CHUNK:i * CHUNK + length]
+        if as_is:
+            assert block == want
+        else:
+            compressed += 1
+            assert lz4.block.decompress(block, uncompressed_size=length) == want
+    assert compressed > 0
+
+
+def test_decodes_frames_of_lz4_library_blocks():
+    """A frame assembled in Python around blocks the lz4 library compressed (its own match
+    finder, long matches, overlapping copies) decodes to the input."""
+    rng = np.random.default_rng(2)
+    raw = (bytes(5000) + rng.integers(0, 4, 3000, np.uint8).tobytes() + b"abc" * 20000
+           + rng.bytes(CHUNK) + bytes(CHUNK + 100))[: 3 * CHUNK + 12]
+    header, body = [], b""
+    for i in range(0, len(raw), CHUNK):
+        piece = raw[i:i + CHUNK]
+        block = lz4.block.compress(piece, store_size=False, mode="high_compression")
+        word, stored = (len(block), block) if len(block) < len(piece) else (len(piece) | 1 << 31, piece)
+        header.append(word)
+        body += stored + bytes(-len(stored) % 16)
+    head = np.array(header, "<u4").tobytes()
+    frame = np.frombuffer(head + bytes(-len(head) % 16) + body, np.uint8)
+    y = mpicomp.codec("lz4").decode(frame, len(raw) // 4, "float32")
+    assert y.tobytes() == raw
+
+
+@pytest.mark.parametrize("damage", ["size", "flag", "payload", "truncate"])
+def test_corrupt_frames_raise_codec_error(damage):
+    c = mpicomp.codec("lz4")
+    x = gradient_like(50_000)
+    frame = c.encode(x).copy()
+    if damage == "size":
+        frame[:4] = np.frombuffer(np.array([10**6], "<u4").tobytes(), np.uint8)
+    elif damage == "flag":
+        frame[3] |= 0x80  # claims "as is" with a compressed chunk's size
+    elif damage == "payload":
+        frame[16:80] = 0xFF  # literal lengths running far past the block
+    else:
+        frame = frame[: frame.size // 2 // 16 * 16]
+    with pytest.raises(mpicomp.CodecError):
+        c.decode(frame, x.size)
+
+
+def test_nvcomp_names_only_where_nvcomp_is():
+    names = mpicomp.available_codecs()
+    assert "lz4" in names
+    if not mpicomp.codecs.nvcomp_loaded():
+        assert not any(n.startswith("nvcomp-") for n in names)
+        with pytest.raises(mpicomp.CodecError, match="nvCOMP"):
+            mpicomp.codec("nvcomp-ans")
