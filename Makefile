@@ -8,7 +8,7 @@ DEPS := $(VENV)/.deps-installed
 BUILT := $(VENV)/.mpicomp-built
 SOURCES := $(shell find cpp python -type f -not -path '*/__pycache__/*') CMakeLists.txt pyproject.toml
 
-.PHONY: all demo test bench clean
+.PHONY: all demo test bench clean gpu-wheels
 all: $(BUILT)
 
 $(DEPS): requirements-dev.txt
@@ -27,6 +27,12 @@ demo: $(BUILT)
 
 test: $(BUILT)
 	$(PY) -m pytest -q tests
+
+# The wheels bench/gpu_session.sh installs on a GPU machine without internet (Python 3.12).
+gpu-wheels: $(DEPS)
+	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux1_x86_64 -d .whl \
+	  mpich==5.0.2 mpi4py==4.1.2 lz4==4.4.5 nvidia-libnvcomp-cu13==6.0.0.12
 
 clean:
 	rm -rf build $(VENV)

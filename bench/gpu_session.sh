@@ -1,0 +1,33 @@
+#!/bin/bash
+# Everything issue 4 measures, in one call on a GPU machine without internet (the device
+# tool's machines): a venv over the image's torch/cupy, the carried wheels (`make gpu-wheels`
+# here puts them in .whl/), an mpicomp build, the GPU tests, then the GPU benchmarks.
+# Logs and JSON go to $OUT (default /tmp/mpicomp-gpu); copy the JSON into bench/results.
+#   bench/gpu_session.sh [tests|bench|all]
+set -uo pipefail
+OUT=${OUT:-/tmp/mpicomp-gpu}
+WHAT=${1:-all}
+mkdir -p "$OUT"
+V=/tmp/mpicomp-venv
+export PYTHONUNBUFFERED=1
+if [ ! -x $V/bin/python ]; then
+  python3 -m venv --system-site-packages $V
+  $V/bin/python -m pip install -q --no-index --no-deps --no-compile .whl/*.whl
+fi
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >"$OUT/gpu.txt" 2>&1
+$V/bin/python -m pip install -q --no-build-isolation --no-deps . 2>&1 | tail -20 >"$OUT/build.log" || exit 1
+PY=$V/bin/python
+MPIEXEC=$V/bin/mpiexec
+dev=$($PY -c "import torch; print(torch.cuda.get_device_name().replace(' ', '-'))")
+if [ "$WHAT" != bench ]; then
+  $PY -c "import mpicomp; print(mpicomp.available_codecs(), mpicomp._core.mpi_cuda_aware())" | tee "$OUT/codecs.txt"
+  timeout 600 $PY -m pytest -q -x tests/gpu 2>&1 | tail -30 | tee "$OUT/tests-gpu.log"
+fi
+if [ "$WHAT" != tests ]; then
+  $PY bench/gpu_codecs.py --json "$OUT/gpu-codecs-$dev.json" 2>&1 | tee "$OUT/gpu-codecs.log"
+  $PY bench/lossless_ratios.py --device cuda --json "$OUT/gpu-lossless-ratios-$dev.json" 2>&1 | tee "$OUT/lossless.log"
+  for np in 2 4; do
+    timeout 900 $MPIEXEC -n $np $PY bench/gpu_allreduce.py --json "$OUT/gpu-allreduce-np$np-$dev.json" 2>&1 |
+      tee "$OUT/gpu-allreduce-np$np.log"
+  done
+fi
