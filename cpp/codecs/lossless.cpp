@@ -26,6 +26,11 @@ uint32_t read32(const uint8_t* p) {
   std::memcpy(&v, p, 4);
   return v;
 }
+uint64_t read64(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
 uint32_t hash4(uint32_t v) { return (v * 2654435761u) >> (32 - kHashBits); }
 
 // Appends a length's continuation bytes (the part at and above 15 in the token's nibble).
@@ -132,6 +137,7 @@ size_t lz4_compress_block(const uint8_t* src, size_t n, uint8_t* dst, size_t cap
         continue;
       }
       size_t len = kMinMatch;
+      while (ip + len + 8 <= match_end && read64(src + ref + len) == read64(src + ip + len)) len += 8;
       while (ip + len < match_end && src[ref + len] == src[ip + len]) ++len;
       if (!put_sequence(op, end, src + anchor, ip - anchor, ip - ref, len)) return 0;
       ip += len;
@@ -161,11 +167,11 @@ bool lz4_decompress_block(const uint8_t* src, size_t n, uint8_t* dst, size_t out
     if (mlen == 15 && !get_length(ip, iend, mlen)) return false;
     mlen += kMinMatch;
     if (offset == 0 || offset > op || out_n - op < mlen) return false;
-    if (offset >= mlen) {
-      std::memcpy(dst + op, dst + op - offset, mlen);
-    } else {  // the match overlaps what it writes: it repeats the last `offset` bytes
-      for (size_t k = 0; k < mlen; ++k) dst[op + k] = dst[op + k - offset];
-    }
+    // A match repeats the `offset` bytes before it, period `offset` when it overlaps what it
+    // writes (a run of zeros is one such match): copied from its start in runs that double,
+    // each reading only bytes already written.
+    for (size_t done = 0, run = offset; done < mlen; done += run, run += run)
+      std::memcpy(dst + op + done, dst + op - offset, std::min(run, mlen - done));
     op += mlen;
   }
 }
