@@ -12,7 +12,7 @@ import sys
 
 from mpi4py import MPI
 
-from .options import add_common, codec_list
+from .options import add_common, add_data, codec_list
 
 
 class _Parser(argparse.ArgumentParser):
@@ -49,6 +49,7 @@ def parser():
     c.add_argument("-n", "--elements", type=int, default=16 << 20, help="float32 elements (default 16 Mi)")
     c.add_argument("-r", "--repeats", type=int, default=5, help="best of this many runs")
     c.add_argument("--all-targets", action="store_true", help="every SIMD target this CPU supports")
+    add_data(c)
     c.add_argument("--json", metavar="PATH")
     return p
 

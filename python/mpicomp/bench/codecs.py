@@ -6,7 +6,7 @@ import time
 import numpy as np
 
 from .. import _core, available_codecs, codec as get_codec
-from . import report
+from . import inputs, report
 
 
 def _best(fn, repeats):
@@ -21,8 +21,7 @@ def _best(fn, repeats):
 
 def run(args):
     n = args.elements
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal(n).astype(np.float32)
+    x = inputs.make(args.data, n, 0)
     y = np.empty_like(x)
     acc = np.zeros_like(x)
     specs = args.codecs or [get_codec(s) for s in available_codecs() if s != "none"]
@@ -47,10 +46,10 @@ def run(args):
                 dacc = _best(lambda: _core.decode_accumulate(c.id, c.block, 0, buf.ctypes.data, n, acc.ctypes.data),
                              args.repeats)
                 g = [x.nbytes / s / 1e9 for s in (enc, dec, dacc)]
-                t.row(target, c.spec, *g, memcpy, *(v / memcpy for v in g), c.ratio())
+                t.row(target, c.spec, *g, memcpy, *(v / memcpy for v in g), inputs.ratio(c, x))
                 records.append(dict(op="codec", target=target, codec=c.spec, elements=n, device="cpu",
                                     encode_gbps=g[0], decode_gbps=g[1], decode_accumulate_gbps=g[2],
-                                    memcpy_gbps=memcpy, ratio=c.ratio()))
+                                    memcpy_gbps=memcpy, ratio=inputs.ratio(c, x)))
     finally:
         _core.set_cpu_target(start)
     if args.json:

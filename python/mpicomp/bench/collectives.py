@@ -18,7 +18,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import allgather, allreduce, config, reduce_scatter
-from . import report
+from . import inputs, report
 from .options import iterations
 
 
@@ -118,7 +118,7 @@ def run(args, comm=MPI.COMM_WORLD):
     for impls in passes:
         for nbytes in args.sizes:
             n = max(p, nbytes // 4 // p * p) if op.name == "reduce_scatter" else max(1, nbytes // 4)
-            x = np.random.default_rng(1234 + rank).standard_normal(n).astype(np.float32)
+            x = inputs.make(args.data, n, 1234 + rank)
             y = np.empty(op.out_len(n, p), np.float32)
             iters, warmup = iterations(args, nbytes)
             calls = {}
@@ -146,7 +146,7 @@ def run(args, comm=MPI.COMM_WORLD):
                 if kind == "mpicomp":
                     c = what
                     compressed = c.id != 0 and nbytes >= config.min_bytes and p > 1 and not skip_local
-                    rec["ratio"] = x.nbytes / c.encoded_bytes(x.size) if compressed else 1.0
+                    rec["ratio"] = inputs.ratio(c, x) if compressed else 1.0
                     if args.validation:
                         op.run(x, y, c, comm)
                         if os.environ.get("MPICOMP_BENCH_CORRUPT") == "1":

@@ -2,6 +2,8 @@
 import argparse
 import re
 
+from . import inputs
+
 _SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
@@ -55,8 +57,14 @@ def add_common(p, sizes="1K:16M"):
     p.add_argument("--codec", dest="codecs", type=codec_list, default=codec_list("none,int8"),
                    metavar="SPEC[,SPEC...]", help="codecs to measure (default none,int8)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    add_data(p)
     p.add_argument("--json", metavar="PATH", help="also write the records as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+
+
+def add_data(p):
+    p.add_argument("--data", choices=inputs.KINDS, default="normal",
+                   help="normal noise, or sparse (80%% zero rows of 256, as an embedding's gradient)")
 
 
 def iterations(args, nbytes):

@@ -16,7 +16,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import config, recv, send
-from . import report
+from . import inputs, report
 from .options import iterations
 
 WINDOW = 16  # messages in flight per bandwidth iteration (OSU's default window is 64)
@@ -75,7 +75,7 @@ def run(args, comm=MPI.COMM_WORLD):
     records, failures = [], 0
     for nbytes in args.sizes:
         n = max(1, nbytes // 4)
-        x = np.random.default_rng(99).standard_normal(n).astype(np.float32)
+        x = inputs.make(args.data, n, 99)
         y = np.empty_like(x)
         iters, warmup = iterations(args, nbytes)
         best = {}
@@ -100,7 +100,7 @@ def run(args, comm=MPI.COMM_WORLD):
                        ratio=1.0, max_rel_error=None)
             if kind == "mpicomp":
                 compressed = what.id != 0 and nbytes >= config.min_bytes
-                rec["ratio"] = x.nbytes / what.encoded_bytes(n) if compressed else 1.0
+                rec["ratio"] = inputs.ratio(what, x) if compressed else 1.0
                 if args.validation:
                     failures += _validate(what, x, y, comm, compressed, rec)
             records.append(rec)
