@@ -14,7 +14,10 @@ const T* at(const void* p, size_t bytes) { return reinterpret_cast<const T*>(sta
 template <class T>
 T* at(void* p, size_t bytes) { return reinterpret_cast<T*>(static_cast<char*>(p) + bytes); }
 
+thread_local size_t t_sent = 0;
+
 void isend(const void* buf, size_t bytes, int peer, int tag, MPI_Comm c, std::vector<MPI_Request>& reqs) {
+  t_sent += bytes;
   reqs.emplace_back();
   mpi_check(PMPI_Isend_c(buf, MPI_Count(bytes), MPI_BYTE, peer, tag, c, &reqs.back()), "MPI_Isend");
 }
@@ -27,6 +30,12 @@ void waitall(std::vector<MPI_Request>& reqs) {
 }
 
 }  // namespace
+
+size_t take_sent_bytes() {
+  size_t b = t_sent;
+  t_sent = 0;
+  return b;
+}
 
 Layout equal_layout(int size, size_t k, size_t seg) {
   Layout L{std::vector<size_t>(size + 1), std::max<size_t>(seg, 1)};

@@ -39,6 +39,10 @@ inline size_t part_bytes(Spec s, DType t, size_t len, size_t seg) {
   return segment_offset(s, t, seg, last) + encoded_bytes(s, t, len - last * seg);
 }
 
+// Bytes this thread's stages have sent since the last call (what the wire carried, a
+// lossless frame's own size included), for the interposer's statistics.
+size_t take_sent_bytes();
+
 // acc (float32, own part) = sum over ranks of their part `rank` of x. The own part is added
 // exactly, the others decoded in a fixed order, so the result does not depend on timing.
 // residual (input-sized, may be null): error feedback for the encoded parts; the own part's

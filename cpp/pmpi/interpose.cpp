@@ -15,6 +15,7 @@
 
 #include "../coll/coll.h"
 #include "../coll/config.h"
+#include "../coll/stages.h"
 #include "../coll/mpi_util.h"
 #include "async.h"
 #include "settings.h"
@@ -93,8 +94,9 @@ std::optional<CollArgs> decide(Coll coll, MPI_Count count, MPI_Datatype dt, MPI_
 // Runs one compressed call; failures reach the caller through the communicator's error
 // handler, as any MPI error would.
 template <class F>
-int guarded(MPI_Comm comm, Coll coll, size_t in_bytes, double sent_bytes, F&& body) {
+int guarded(MPI_Comm comm, Coll coll, size_t in_bytes, F&& body) {
   auto t0 = std::chrono::steady_clock::now();
+  take_sent_bytes();
   try {
     body();
   } catch (const Error& e) {
@@ -104,7 +106,7 @@ int guarded(MPI_Comm comm, Coll coll, size_t in_bytes, double sent_bytes, F&& bo
   Counters& c = g_stats[int(coll)];
   c.compressed++;
   c.bytes_in += double(in_bytes);
-  c.bytes_sent += sent_bytes;
+  c.bytes_sent += double(take_sent_bytes());
   c.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return MPI_SUCCESS;
 }
@@ -113,12 +115,6 @@ int comm_size(MPI_Comm comm) {
   int p = 1;
   PMPI_Comm_size(comm, &p);
   return p;
-}
-
-// What each rank puts on the wire, nominally: both stages of a compressed allreduce send
-// (p-1)/p of the encoded input.
-double wire_bytes(const CollArgs& a, size_t n, double stages, int p) {
-  return stages * double(p - 1) / p * double(encoded_bytes(a.spec, a.dtype, n));
 }
 
 template <class F>
@@ -147,8 +143,7 @@ int allreduce(const void* x, void* y, MPI_Count count, MPI_Datatype dt, MPI_Op o
     return passthrough(Coll::allreduce, double(count) * type_size(dt),
                        [&] { return PMPI_Allreduce_c(x, y, count, dt, op, comm); });
   if (x == MPI_IN_PLACE) x = y;
-  int p = comm_size(comm);
-  return guarded(comm, Coll::allreduce, a->count * dtype_size(a->dtype), wire_bytes(*a, a->count, 2, p), [&] {
+  return guarded(comm, Coll::allreduce, a->count * dtype_size(a->dtype), [&] {
     a->residual = residual(comm, y, count, a->count);
     mpicomp::allreduce(private_comm(comm, 0), x, y, *a);
   });
@@ -167,11 +162,10 @@ int reduce_scatter_block(const void* x, void* y, MPI_Count count, MPI_Datatype d
     copy.assign(static_cast<char*>(y), static_cast<char*>(y) + size_t(count) * p * dtype_size(a->dtype));
     x = copy.data();
   }
-  return guarded(comm, Coll::reduce_scatter, a->count * p * dtype_size(a->dtype),
-                 wire_bytes(*a, a->count * p, 1, p), [&] {
-                   a->residual = residual(comm, y, count, a->count * p);
-                   mpicomp::reduce_scatter(private_comm(comm, 0), x, y, *a);
-                 });
+  return guarded(comm, Coll::reduce_scatter, a->count * p * dtype_size(a->dtype), [&] {
+    a->residual = residual(comm, y, count, a->count * p);
+    mpicomp::reduce_scatter(private_comm(comm, 0), x, y, *a);
+  });
 }
 
 int allgather(const void* x, MPI_Count sc, MPI_Datatype st, void* y, MPI_Count rc, MPI_Datatype rt, MPI_Comm comm) {
@@ -190,11 +184,10 @@ int allgather(const void* x, MPI_Count sc, MPI_Datatype st, void* y, MPI_Count r
     copy.assign(own, own + a->count * dtype_size(a->dtype));
     x = copy.data();
   }
-  return guarded(comm, Coll::allgather, a->count * dtype_size(a->dtype),
-                 double(p - 1) * double(encoded_bytes(a->spec, a->dtype, a->count)), [&] {
-                   a->residual = residual(comm, y, rc, a->count);
-                   mpicomp::allgather(private_comm(comm, 0), x, y, *a);
-                 });
+  return guarded(comm, Coll::allgather, a->count * dtype_size(a->dtype), [&] {
+    a->residual = residual(comm, y, rc, a->count);
+    mpicomp::allgather(private_comm(comm, 0), x, y, *a);
+  });
 }
 
 int iallreduce(const void* x, void* y, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm, MPI_Request* req) {

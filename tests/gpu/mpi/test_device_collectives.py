@@ -102,3 +102,19 @@ def test_lossless_collectives_match_the_host_lz4(codec, dtype):
     check(mpicomp.allgather(x.cuda(), codec=codec), mpicomp.allgather(x, codec="none"), codec)
     x = data(70_000 * WORLD.size)
     check(mpicomp.reduce_scatter(x.cuda(), codec=codec), mpicomp.reduce_scatter(x, codec="lz4"), codec)
+
+
+def test_powersgd_on_the_gpu_matches_the_host():
+    """Low-rank allreduce of CUDA matrices: the factors are reduced on the GPU, results and
+    error feedback stay there, and agree with the host computation to float32 rounding of
+    the (differently ordered) matrix products and QR."""
+    ef_gpu, ef_cpu = mpicomp.ErrorFeedback(), mpicomp.ErrorFeedback()
+    for step in range(3):
+        m = data(512 * 384, step=step).view(512, 384)
+        y_gpu = mpicomp.allreduce(m.cuda(), codec="powersgd:rank=4", error_feedback=ef_gpu)
+        y_cpu = mpicomp.allreduce(m, codec="powersgd:rank=4", error_feedback=ef_cpu)
+        assert y_gpu.is_cuda and y_gpu.shape == m.shape and ef_gpu.residual.is_cuda
+        scale = y_cpu.abs().max()
+        assert torch.allclose(y_gpu.cpu(), y_cpu, rtol=0, atol=1e-3 * float(scale))
+        assert torch.allclose(ef_gpu.residual.cpu(), ef_cpu.residual, rtol=0,
+                              atol=1e-3 * float(ef_cpu.residual.abs().max()))
