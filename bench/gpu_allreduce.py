@@ -10,7 +10,6 @@ Latency: a barrier, ITER calls, time per call averaged over ranks (OSU's method)
 --rounds rounds, implementations interleaved. --device cpu runs the same on host tensors.
 """
 import argparse
-import json
 import time
 
 import torch
@@ -19,6 +18,7 @@ from mpi4py import MPI
 import mpicomp
 from mpicomp import _core
 from mpicomp.bench.options import size_range
+from mpicomp.bench.report import write_json
 
 LOSSY = ["none", "fp16", "bf16", "int8", "int4", "sign"]
 
@@ -87,9 +87,7 @@ def main():
         if cuda:
             torch.cuda.empty_cache()
     if a.json and comm.rank == 0:
-        with open(a.json, "w") as f:
-            json.dump(records, f, indent=1)
-            f.write("\n")
+        write_json(a.json, records)
 
 
 if __name__ == "__main__":

@@ -10,13 +10,13 @@ input bytes per second ("in"), and bytes read + written per second ("rw"; a copy
 moves 2B), which is the number to hold against the memory system.
 """
 import argparse
-import json
 import statistics
 
 import torch
 
 import mpicomp
 from mpicomp import _core
+from mpicomp.bench.report import write_json
 
 
 def timed(fn, reps=20, warmup=3):
@@ -115,9 +115,7 @@ def main():
         records.append(dict(device=dev, op="int8_encode_vs_cupy", codec="int8", elements=n, seconds=ours,
                             cupy_seconds=with_cupy, speedup=with_cupy / ours, identical_fraction=same))
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump(records, f, indent=1)
-            f.write("\n")
+        write_json(a.json, records)
 
 
 if __name__ == "__main__":

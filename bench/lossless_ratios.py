@@ -8,7 +8,6 @@ GPU (with nvCOMP): nvcomp-lz4, nvcomp-bitcomp, nvcomp-ans, plus encode/decode GB
     python bench/lossless_ratios.py [--device cuda] [--json bench/results/lossless-ratios-<device>.json]
 """
 import argparse
-import json
 import time
 
 import numpy as np
@@ -16,6 +15,7 @@ import torch
 
 import mpicomp
 from mpicomp import _core
+from mpicomp.bench.report import write_json
 
 IDS = {torch.float32: 0, torch.bfloat16: 2}
 
@@ -99,9 +99,7 @@ def main():
                 print(f"  {name:<15} {rec['dtype']:<9} {label:<22} {x.nbytes / 2**20:7.1f} {rec['ratio']:7.2f} "
                       f"{rec['encode_gbps']:9.2f} {rec['decode_gbps']:9.2f}")
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump(records, f, indent=1)
-            f.write("\n")
+        write_json(a.json, records)
 
 
 if __name__ == "__main__":
