@@ -279,8 +279,8 @@ class PowerSGDCodec(Codec):
 
 class _LosslessCodec(Codec):
     """Lossless: the input's bytes compressed in 64 KiB chunks, each stored as it is when
-    compressing does not shrink it (so a frame is at most 16 bytes per 4 MiB larger than its
-    input). Exact. How much it saves depends on the data: ``len(encode(x))`` measures it;
+    compressing does not shrink it, so a frame is at most 4 bytes per chunk and 30 per frame
+    (0.006%) larger than its input. Exact. How much it saves depends on the data: ``len(encode(x))`` measures it;
     ``ratio()`` gives the worst case (just under 1)."""
 
     exact = True
@@ -303,7 +303,7 @@ class _LosslessCodec(Codec):
 
 class Lz4Codec(_LosslessCodec):
     """LZ4 (the lz4 library's block format): on host arrays mpicomp's own greedy encoder, on
-    GPU buffers nVIDIA nvCOMP's (needs the ``mpicomp[cuda]`` extra). Either side decodes the
+    GPU buffers NVIDIA nvCOMP's (needs the ``mpicomp[cuda]`` extra). Either side decodes the
     other's bytes. Fast; shrinks data with repeated byte runs (zeros, sparse or padded
     gradients), little else: float32 noise stays ~1.0x."""
 
@@ -317,15 +317,15 @@ class NvcompLz4Codec(Lz4Codec):
 
 
 class NvcompBitcompCodec(_LosslessCodec):
-    """nvCOMP's Bitcomp (GPU buffers only): packs the words of each chunk (16-, 32- or 64-bit
-    by dtype) into their differences' significant bits."""
+    """nvCOMP's Bitcomp (GPU buffers only), its compressor for numerical data, run on the
+    dtype's words (16, 32 or 64 bits)."""
 
     name, id, device_only = "nvcomp-bitcomp", 7, True
 
 
 class NvcompAnsCodec(_LosslessCodec):
-    """nvCOMP's ANS (GPU buffers only): rANS entropy coding of the chunk's bytes, modelled as
-    float16 / float32 words for those dtypes; a float's exponent byte carries the savings."""
+    """nvCOMP's ANS (GPU buffers only): rANS entropy coding, told that the bytes are float16
+    or float32 words for those dtypes (nvCOMP's float modes)."""
 
     name, id, device_only = "nvcomp-ans", 8, True
 
