@@ -4,6 +4,8 @@
 # here puts them in .whl/), an mpicomp build, the GPU tests, then the GPU benchmarks.
 # Logs and JSON go to $OUT (default /tmp/mpicomp-gpu); copy the JSON into bench/results.
 #   bench/gpu_session.sh [tests|bench|all]
+# With the device tool: run(command="bench/gpu_session.sh", carry=[".whl"]); the whole of it
+# takes one device call if the tests pass (about 15 minutes budgeted: tests 10, benches the rest).
 set -uo pipefail
 OUT=${OUT:-/tmp/mpicomp-gpu}
 WHAT=${1:-all}
