@@ -39,7 +39,7 @@ def main():
     p.add_argument("-m", "--message-size", dest="sizes", type=size_range, default=size_range("1M:1G"))
     p.add_argument("--codec", default=None, help="comma-separated (default: all lossy, and nvcomp-* where loaded)")
     p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--step", type=int, default=4, help="keep every STEP-th power of two of the size range")
+    p.add_argument("--step", type=int, default=2, help="keep every STEP-th power of two of the size range")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     p.add_argument("--json")
     a = p.parse_args()

@@ -3,9 +3,10 @@
 # tool's machines): a venv over the image's torch/cupy, the carried wheels (`make gpu-wheels`
 # here puts them in .whl/), an mpicomp build, the GPU tests, then the GPU benchmarks.
 # Logs and JSON go to $OUT (default /tmp/mpicomp-gpu); copy the JSON into bench/results.
-#   bench/gpu_session.sh [tests|bench|all]
-# With the device tool: run(command="bench/gpu_session.sh", carry=[".whl"]); the whole of it
-# takes one device call if the tests pass (about 15 minutes budgeted: tests 10, benches the rest).
+#   bench/gpu_session.sh [tests|codecs|allreduce|all]
+# With the device tool, one call per part (each within its 10-minute limit; a part finds the
+# venv of the one before if the machine stayed warm, else makes it again):
+#   run(command="bench/gpu_session.sh tests", carry=[".whl"]), then "... codecs", "... allreduce".
 set -uo pipefail
 OUT=${OUT:-/tmp/mpicomp-gpu}
 WHAT=${1:-all}
@@ -21,15 +22,17 @@ $V/bin/python -m pip install -q --no-build-isolation --no-deps . 2>&1 | tail -20
 PY=$V/bin/python
 MPIEXEC=$V/bin/mpiexec
 dev=$($PY -c "import torch; print(torch.cuda.get_device_name().replace(' ', '-'))")
-if [ "$WHAT" != bench ]; then
+if [ "$WHAT" = tests ] || [ "$WHAT" = all ]; then
   $PY -c "import mpicomp; print(mpicomp.available_codecs(), mpicomp._core.mpi_cuda_aware())" | tee "$OUT/codecs.txt"
   timeout 600 $PY -m pytest -q -x tests/gpu 2>&1 | tail -30 | tee "$OUT/tests-gpu.log"
 fi
-if [ "$WHAT" != tests ]; then
+if [ "$WHAT" = codecs ] || [ "$WHAT" = all ]; then
   $PY bench/gpu_codecs.py --json "$OUT/gpu-codecs-$dev.json" 2>&1 | tee "$OUT/gpu-codecs.log"
   $PY bench/lossless_ratios.py --device cuda --json "$OUT/gpu-lossless-ratios-$dev.json" 2>&1 | tee "$OUT/lossless.log"
+fi
+if [ "$WHAT" = allreduce ] || [ "$WHAT" = all ]; then
   for np in 2 4; do
-    timeout 900 $MPIEXEC -n $np $PY bench/gpu_allreduce.py --json "$OUT/gpu-allreduce-np$np-$dev.json" 2>&1 |
+    timeout 280 $MPIEXEC -n $np $PY bench/gpu_allreduce.py --json "$OUT/gpu-allreduce-np$np-$dev.json" 2>&1 |
       tee "$OUT/gpu-allreduce-np$np.log"
   done
 fi
