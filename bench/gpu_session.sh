@@ -24,7 +24,7 @@ MPIEXEC=$V/bin/mpiexec
 dev=$($PY -c "import torch; print(torch.cuda.get_device_name().replace(' ', '-'))")
 if [ "$WHAT" = tests ] || [ "$WHAT" = all ]; then
   $PY -c "import mpicomp; print(mpicomp.available_codecs(), mpicomp._core.mpi_cuda_aware())" | tee "$OUT/codecs.txt"
-  timeout 600 $PY -m pytest -q -x tests/gpu 2>&1 | tail -30 | tee "$OUT/tests-gpu.log"
+  timeout 420 $PY -m pytest -q --timeout 120 tests/gpu 2>&1 | tee "$OUT/tests-gpu.log" | tail -60
 fi
 if [ "$WHAT" = codecs ] || [ "$WHAT" = all ]; then
   $PY bench/gpu_codecs.py --json "$OUT/gpu-codecs-$dev.json" 2>&1 | tee "$OUT/gpu-codecs.log"
