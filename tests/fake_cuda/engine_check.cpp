@@ -31,64 +31,75 @@ void expect(bool ok, const std::string& what) {
   }
 }
 
-// Runs of zeros between stretches of noise, different on every rank.
-std::vector<float> data(size_t n, int seed) {
+// Runs of zeros between stretches of noise, different on every rank, as dtype t's bytes.
+std::vector<uint8_t> data(size_t n, int seed, DType t) {
   std::mt19937 g(seed * 7919 + g_rank);
   std::normal_distribution<float> d;
-  std::vector<float> x(n);
-  for (size_t i = 0; i < n; ++i) x[i] = (i / 3000) % 3 ? 0.f : d(g);
+  std::vector<uint8_t> x(n * dtype_size(t));
+  for (size_t i = 0; i < n; ++i) store_f32(x.data(), t, i, (i / 3000) % 3 ? 0.f : d(g));
   return x;
 }
 
-float* to_device(const std::vector<float>& h, size_t offset) {  // offset elements into the allocation
+uint8_t* to_device(const std::vector<uint8_t>& h, size_t offset) {  // offset bytes into the allocation
   void* p;
-  cudaMalloc(&p, (h.size() + offset + 1) * sizeof(float));
-  float* d = static_cast<float*>(p) + offset;
-  cudaMemcpyAsync(d, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice, nullptr);
+  cudaMalloc(&p, h.size() + offset + 4);
+  uint8_t* d = static_cast<uint8_t*>(p) + offset;
+  cudaMemcpyAsync(d, h.data(), h.size(), cudaMemcpyHostToDevice, nullptr);
   return d;
 }
-std::vector<float> to_host(const float* d, size_t n) {
-  std::vector<float> h(n);
-  cudaMemcpyAsync(h.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost, nullptr);
+std::vector<uint8_t> to_host(const void* d, size_t bytes) {
+  std::vector<uint8_t> h(bytes);
+  cudaMemcpyAsync(h.data(), d, bytes, cudaMemcpyDeviceToHost, nullptr);
   return h;
 }
 
-void run_one(Coll coll, CodecId codec, size_t n, size_t offset, bool avg, bool feedback, bool direct) {
+std::vector<uint8_t> to_host_bytes(const std::vector<float>& v) {
+  auto* b = reinterpret_cast<const uint8_t*>(v.data());
+  return std::vector<uint8_t>(b, b + v.size() * 4);
+}
+
+void run_one(Coll coll, CodecId codec, DType t, size_t n, size_t offset, bool avg, bool feedback, bool direct) {
   const int p = [] { int s; MPI_Comm_size(MPI_COMM_WORLD, &s); return s; }();
   const size_t in = coll == Coll::reduce_scatter ? n * p : n, out = coll == Coll::allgather ? n * p : n;
-  std::vector<float> x = data(in, int(n + offset));
+  const size_t w = dtype_size(t);
+  std::vector<uint8_t> x = data(in, int(n + offset), t);
   CollArgs a;
   // The host reference: lossless codecs all restore the same bytes, so host lz4 stands in
   // for the GPU-only ones.
   a.spec = Spec{is_lossless(codec) ? CodecId::lz4 : codec, 256};
-  a.dtype = DType::f32;
+  a.dtype = t;
   a.count = n;
   a.avg = avg;
-  std::vector<float> y(out), res_h(in, 0.f);
+  std::vector<uint8_t> y(out * w);
+  std::vector<float> res_h(in, 0.f);
   a.residual = feedback ? res_h.data() : nullptr;
   collective(coll, MPI_COMM_WORLD, x.data(), y.data(), a);
 
-  float* dx = to_device(x, offset);
-  float* dy = to_device(std::vector<float>(out, -1.f), offset);
-  float* dres = feedback ? to_device(std::vector<float>(in, 0.f), 0) : nullptr;
+  offset *= w;  // one element off the allocation's alignment
+  uint8_t* dx = to_device(x, offset);
+  uint8_t* dy = to_device(std::vector<uint8_t>(out * w, 0xEE), offset);
+  uint8_t* dres = feedback ? to_device(std::vector<uint8_t>(in * 4, 0), 0) : nullptr;
   a.spec.id = codec;
-  a.residual = dres;
+  a.residual = reinterpret_cast<float*>(dres);
   a.engine = &cuda_engine(nullptr, direct);
   collective(coll, MPI_COMM_WORLD, dx, dy, a);
   a.engine->finish();
-  std::vector<float> got = to_host(dy, out);
+  std::vector<uint8_t> got = to_host(dy, out * w);
   std::string what = std::string(coll == Coll::allreduce ? "allreduce" : coll == Coll::allgather ? "allgather"
                                                                                                   : "reduce_scatter") +
-                     " codec " + codec_name(codec) + " n " + std::to_string(n) + " offset " + std::to_string(offset) +
-                     (avg ? " avg" : "") + (feedback ? " feedback" : "");
+                     " codec " + codec_name(codec) + " dtype " + dtype_name(t) + " n " + std::to_string(n) +
+                     " offset " + std::to_string(offset) + (avg ? " avg" : "") + (feedback ? " feedback" : "");
   if (codec == CodecId::none && coll != Coll::allgather) {  // the host sums through MPI: another order
     bool close = true;
-    for (size_t i = 0; i < out; ++i) close &= std::fabs(got[i] - y[i]) <= 1e-5f * (std::fabs(y[i]) + 1.f);
+    for (size_t i = 0; i < out; ++i) {
+      float a_ = load_f32(got.data(), t, i), b_ = load_f32(y.data(), t, i);
+      close &= std::fabs(a_ - b_) <= (w == 2 ? 1e-2f : 1e-5f) * (std::fabs(b_) + 1.f);
+    }
     expect(close, what + ": values");
   } else {
-    expect(std::memcmp(got.data(), y.data(), out * sizeof(float)) == 0, what + ": bytes");
+    expect(got == y, what + ": bytes");
   }
-  if (feedback) expect(to_host(dres, in) == res_h, what + ": residual");
+  if (feedback) expect(to_host(dres, in * 4) == to_host_bytes(res_h), what + ": residual");
   cudaFree(dx - offset);
   cudaFree(dy - offset);
   if (dres) cudaFree(dres);
@@ -109,24 +120,28 @@ int main(int argc, char** argv) {
   for (CodecId c : codecs)
     for (Coll coll : {Coll::allreduce, Coll::reduce_scatter, Coll::allgather})
       for (size_t n : {size_t(1000), size_t(3 * 65536 + 7), size_t(300001)})
-        for (size_t offset : {size_t(0), size_t(1)}) run_one(coll, c, n, offset, false, false, direct);
-  for (CodecId c : {CodecId::int8, CodecId::lz4, CodecId::ans}) run_one(Coll::allreduce, c, 300001, 0, true, false, direct);
-  run_one(Coll::allreduce, CodecId::int4, 300001, 0, false, true, direct);
-  run_one(Coll::reduce_scatter, CodecId::sign, 100003, 0, false, true, direct);
+        for (size_t offset : {size_t(0), size_t(1)}) run_one(coll, c, DType::f32, n, offset, false, false, direct);
+  for (CodecId c : {CodecId::none, CodecId::bf16, CodecId::int8, CodecId::lz4, CodecId::ans})
+    for (DType t : {DType::bf16, DType::f16})
+      for (Coll coll : {Coll::allreduce, Coll::reduce_scatter, Coll::allgather})
+        run_one(coll, c, t, 200001, 1, false, false, direct);
+  for (CodecId c : {CodecId::int8, CodecId::lz4, CodecId::ans})
+    for (DType t : {DType::f32, DType::bf16}) run_one(Coll::allreduce, c, t, 300001, 0, true, false, direct);
+  run_one(Coll::allreduce, CodecId::int4, DType::f32, 300001, 0, false, true, direct);
+  run_one(Coll::reduce_scatter, CodecId::sign, DType::f32, 100003, 0, false, true, direct);
 
   // A frame corrupted on its way is a codec error, not a crash (zeros: every chunk compressed).
-  std::vector<float> x(200000, 0.f);
-  float* dx = to_device(x, 0);
-  size_t room = encoded_bytes(Spec{CodecId::ans}, DType::f32, x.size());
+  std::vector<uint8_t> x(800000, 0);
+  uint8_t* dx = to_device(x, 0);
+  size_t room = encoded_bytes(Spec{CodecId::ans}, DType::f32, x.size() / 4);
   void* frame;
   cudaMalloc(&frame, room);
-  size_t bytes = cuda::frame_encode(CodecId::ans, DType::f32, dx, x.size() * 4, static_cast<uint8_t*>(frame), nullptr, nullptr);
-  expect(bytes > 0 && bytes < x.size() * 4, "ans frame of compressible data is smaller");
-  static_cast<uint8_t*>(frame)[frame_header_bytes(frame_chunks(x.size() * 4))] ^= 0x5A;  // chunk 0's first byte
+  size_t bytes = cuda::frame_encode(CodecId::ans, DType::f32, dx, x.size(), static_cast<uint8_t*>(frame), nullptr, nullptr);
+  expect(bytes > 0 && bytes < x.size(), "ans frame of compressible data is smaller");
+  static_cast<uint8_t*>(frame)[frame_header_bytes(frame_chunks(x.size()))] ^= 0x5A;  // chunk 0's first byte
   bool raised = false;
   try {
-    cuda::frame_decode(CodecId::ans, static_cast<uint8_t*>(frame), nullptr, x.size() * 4,
-                       reinterpret_cast<uint8_t*>(dx), nullptr);
+    cuda::frame_decode(CodecId::ans, static_cast<uint8_t*>(frame), nullptr, x.size(), dx, nullptr);
   } catch (const Error& e) {
     raised = e.kind == ErrorKind::codec;
   }
