@@ -30,6 +30,8 @@ class Traffic:
     On communicators whose ranks share one node the core sends uncompressed unless
     ``mpicomp.config.compress_local`` is set; the counter still reports the codec's bytes
     (what a run across nodes sends), as examples/train_gpt.py, which sets it, does.
+    Lossless codecs (lz4, nvcomp-*) count their bound, the input's size: what they save
+    depends on the data (the LD_PRELOAD statistics count the bytes actually sent).
     """
 
     def __init__(self):
