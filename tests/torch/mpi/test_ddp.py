@@ -29,10 +29,12 @@ def ddp(model, group=None):
     return torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.0005, process_group=group)
 
 
-def test_hook_none_matches_plain_ddp(gloo):
+@pytest.mark.parametrize("codec", ["none", "lz4"])
+def test_exact_hook_matches_plain_ddp(gloo, codec):
+    mpicomp.config.min_bytes = 0  # lz4 even on these small buckets
     mesh = mt.Mesh(dp=N)
     plain, hooked = ddp(toy_model()), ddp(toy_model(), mesh.torch_group("dp"))
-    hooked.register_comm_hook(*mt.ddp_hook(codec="none", comm=mesh.dp))
+    hooked.register_comm_hook(*mt.ddp_hook(codec=codec, comm=mesh.dp))
     opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (plain, hooked)]
     for step in range(3):
         x, y = toy_batch(step)
