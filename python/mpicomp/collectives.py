@@ -14,7 +14,7 @@ from mpi4py import MPI
 from . import _comm, _core, powersgd
 from ._buffers import array_info, collective_args, dtype_name
 from .codecs import _CACHE as _codec_cache
-from .codecs import Codec
+from .codecs import Codec, available_codecs
 from .codecs import codec as _codec
 from .errors import ArgumentError, CodecError, MpicompError, ShapeMismatchError
 from .feedback import ErrorFeedback
@@ -26,18 +26,22 @@ _NAMES = {_ALLREDUCE: "allreduce", _REDUCE_SCATTER: "reduce_scatter", _ALLGATHER
 _OPS = {"sum": False, "avg": True}
 
 
-def _spec_args(coll, comm, codec, op, tell=None, lowrank=False):
-    """(private comm, codec, avg): the checks every call starts with."""
+def _spec_args(coll, comm, codec, op, tell=None, lowrank=False, on_device=None):
+    """(private comm, codec, avg): the checks every call starts with; with on_device (True
+    or False), also whether the codec runs on that memory."""
     tell = tell or _tell_others
     pcomm = _comm.private(comm)
     try:
         c = _codec(codec)
         if c.id is None and not lowrank:
+            wire = ", ".join(n for n in available_codecs() if _codec(n).id is not None)
             raise CodecError(f"codec {c.name!r} is an allreduce algorithm; {_NAMES[coll]} takes a wire codec "
-                             f"(none, fp16, bf16, int8, int4, sign)")
+                             f"({wire})")
         avg = _OPS.get(op)
         if avg is None:
             raise ArgumentError(f"op must be 'sum' or 'avg', got {op!r}")
+        if on_device is not None:
+            c.check_memory(on_device)
     except MpicompError as own:
         tell(pcomm, coll)
         raise own
@@ -134,12 +138,7 @@ def _numpy(coll, comm, x, codec, out, op, c=None):
     c = c or _cached(codec)
     avg = _OPS.get(op)
     if ctx is None or c is None or c.id is None or avg is None or c.device_only:
-        pcomm, c, avg = _spec_args(coll, comm, codec, op)
-        try:
-            c.check_memory(False)
-        except MpicompError as own:
-            _tell_others(pcomm, coll)
-            raise own
+        pcomm, c, avg = _spec_args(coll, comm, codec, op, on_device=False)
     else:
         pcomm = ctx.comm
     return _core.numpy_collective(coll, pcomm, x, out, c.id, c.block, avg)

@@ -5,7 +5,7 @@ SignSGD"). Used by compressed gradient allreduce."""
 
 import numpy as np
 
-from ._buffers import new_like
+from ._buffers import buffer_info, new_like
 from .errors import ArgumentError
 
 __all__ = ["ErrorFeedback"]
@@ -45,13 +45,11 @@ class ErrorFeedback:
         r = self.residual
         if r is None:
             r = self.residual = new_like(like, (count,), "float32", zero=True)
-        n = int(np.prod(tuple(r.shape)))
+        ptr, n, _, _ = buffer_info(r, "error_feedback.residual")
         if n != count:
             raise ArgumentError(f"error_feedback holds the residual of a stream of {n} elements, but x has "
                                 f"{count}: use one ErrorFeedback per tensor")
-        if isinstance(r, np.ndarray):
-            return r.ctypes.data
-        return r.data_ptr() if hasattr(r, "data_ptr") else r.data.ptr  # torch, cupy
+        return ptr
 
     def __repr__(self):
         n = None if self.residual is None else int(np.prod(tuple(self.residual.shape)))
