@@ -1,10 +1,13 @@
-"""The GPU engine's host-side logic without a GPU: staging through pinned buffers or passing
-device pointers to MPI, lossless frames through nvCOMP's batched API (headers, chunk plans,
-alignment, raw chunks, status checks), error feedback on the device. tests/fake_cuda builds
-mpicomp's core with a stand-in CUDA runtime whose "device" memory is registered host memory
-(every copy checks its pointers' kinds) and a stand-in nvCOMP, and checks every collective
-against the host engine byte for byte, under mpiexec. What only a GPU can show (the kernels,
-real nvCOMP, streams) is tests/gpu's."""
+"""The GPU engine without a GPU: staging through pinned buffers or passing device pointers to
+MPI, lossless frames through nvCOMP's batched API (headers, chunk plans, alignment, raw
+chunks, status checks), error feedback on the device, and the CUDA kernels themselves.
+tests/fake_cuda builds mpicomp's core with a stand-in CUDA runtime whose "device" memory is
+registered host memory (every copy and kernel argument checks its pointers' kinds, guard
+bytes catch writes out of bounds) and a stand-in nvCOMP; kernels.cu is compiled as C++ and
+its kernels run on the CPU, a warp's lanes as fibers so that shuffles and votes behave as on
+a GPU, under -fsanitize=alignment (a misaligned load faults on a GPU). Every collective,
+codec and dtype must equal the host engine's result byte for byte, under mpiexec. What only
+a GPU can show (real nvCOMP, streams, speed) is tests/gpu's."""
 import subprocess
 import sys
 from pathlib import Path
@@ -22,10 +25,14 @@ def built(tmp_path_factory):
     core = sorted((ROOT / "cpp" / "coll").glob("*.cpp")) + [
         p for p in sorted((ROOT / "cpp" / "codecs").glob("*.cpp")) if not p.name.startswith("cpu_avx")]
     sources = [*core, ROOT / "cpp" / "codecs" / "cuda" / "nvcomp.cpp", FAKE / "fake_runtime.cpp",
-               FAKE / "engine_check.cpp"]
-    flags = ["-std=c++17", "-O1", "-ffp-contract=off", f"-I{FAKE}"]
+               FAKE / "fake_device.cpp", FAKE / "engine_check.cpp"]
+    flags = ["-std=c++17", "-O1", "-ffp-contract=off", f"-I{FAKE}", "-fsanitize=alignment",
+             "-fno-sanitize-recover=alignment"]
+    kernels = out / "kernels.o"
+    subprocess.run([str(BIN / "mpicxx"), *flags, "-c", "-x", "c++",
+                    str(ROOT / "cpp" / "codecs" / "cuda" / "kernels.cu"), "-o", str(kernels)], check=True, timeout=600)
     subprocess.run([str(BIN / "mpicxx"), *flags, "-rdynamic", "-o", str(out / "engine_check"), *map(str, sources),
-                    "-ldl"], check=True, timeout=600)
+                    str(kernels), "-ldl"], check=True, timeout=600)
     subprocess.run([str(BIN / "mpicxx"), *flags, "-shared", "-fPIC", "-o", str(out / "libfake_nvcomp.so"),
                     str(FAKE / "fake_nvcomp.cpp")], check=True, timeout=600)
     return out

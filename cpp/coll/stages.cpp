@@ -97,11 +97,11 @@ void reduce_scatter_stage(MPI_Comm c, const CommInfo& ci, Engine& e, Spec s, DTy
     size_t len = L.len(dst);
     for (size_t k = 0; k < nsegs(len, L.seg); ++k) {
       size_t n = seg_len(len, L.seg, k), first = L.off[dst] + k * L.seg;
-      size_t bytes = e.encode(s, t, at<char>(x, first * dts), n, res ? res + first : nullptr, sbuf + spos);
-      isend(sbuf + spos, bytes, dst, kTagRS, c, sreq);
-      spos += bytes;
+      uint8_t* w = sbuf + spos + segment_offset(s, t, L.seg, k);
+      isend(w, e.encode(s, t, at<char>(x, first * dts), n, res ? res + first : nullptr, w), dst, kTagRS, c, sreq);
       consume(false);
     }
+    spos += part_bytes(s, t, len, L.seg);
   }
   consume(true);
   waitall(sreq);

@@ -33,10 +33,12 @@ size_t segment_elems(Spec s, DType t, size_t segment_bytes);
 // (whole chunks for lossless codecs), so each has room for the largest encoding of `seg`.
 inline size_t segment_offset(Spec s, DType t, size_t seg, size_t k) { return k * encoded_bytes(s, t, seg); }
 // Room for a part of `len` elements sent in segments of `seg` (encoded_bytes(s, t, len) for
-// lossy codecs; a lossless frame per segment needs a header each).
+// lossy codecs; a lossless frame per segment needs a header each), rounded up to 16 bytes:
+// parts lie side by side in wire buffers, and a GPU's vector loads fault on a part that
+// starts where the one before it ended (an fp16 part of odd length, say).
 inline size_t part_bytes(Spec s, DType t, size_t len, size_t seg) {
   size_t last = len ? (len - 1) / seg : 0;
-  return segment_offset(s, t, seg, last) + encoded_bytes(s, t, len - last * seg);
+  return frame_align(segment_offset(s, t, seg, last) + encoded_bytes(s, t, len - last * seg));
 }
 
 // Bytes this thread's stages have sent since the last call (what the wire carried, a

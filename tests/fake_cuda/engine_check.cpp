@@ -58,7 +58,8 @@ std::vector<uint8_t> to_host_bytes(const std::vector<float>& v) {
   return std::vector<uint8_t>(b, b + v.size() * 4);
 }
 
-void run_one(Coll coll, CodecId codec, DType t, size_t n, size_t offset, bool avg, bool feedback, bool direct) {
+void run_one(Coll coll, CodecId codec, DType t, size_t n, size_t offset, bool avg, bool feedback, bool direct,
+             uint32_t block = 256) {
   const int p = [] { int s; MPI_Comm_size(MPI_COMM_WORLD, &s); return s; }();
   const size_t in = coll == Coll::reduce_scatter ? n * p : n, out = coll == Coll::allgather ? n * p : n;
   const size_t w = dtype_size(t);
@@ -66,7 +67,7 @@ void run_one(Coll coll, CodecId codec, DType t, size_t n, size_t offset, bool av
   CollArgs a;
   // The host reference: lossless codecs all restore the same bytes, so host lz4 stands in
   // for the GPU-only ones.
-  a.spec = Spec{is_lossless(codec) ? CodecId::lz4 : codec, 256};
+  a.spec = Spec{is_lossless(codec) ? CodecId::lz4 : codec, block};
   a.dtype = t;
   a.count = n;
   a.avg = avg;
@@ -88,7 +89,8 @@ void run_one(Coll coll, CodecId codec, DType t, size_t n, size_t offset, bool av
   std::string what = std::string(coll == Coll::allreduce ? "allreduce" : coll == Coll::allgather ? "allgather"
                                                                                                   : "reduce_scatter") +
                      " codec " + codec_name(codec) + " dtype " + dtype_name(t) + " n " + std::to_string(n) +
-                     " offset " + std::to_string(offset) + (avg ? " avg" : "") + (feedback ? " feedback" : "");
+                     " offset " + std::to_string(offset) + " block " + std::to_string(block) + (avg ? " avg" : "") +
+                     (feedback ? " feedback" : "");
   if (codec == CodecId::none && coll != Coll::allgather) {  // the host sums through MPI: another order
     bool close = true;
     for (size_t i = 0; i < out; ++i) {
@@ -115,8 +117,8 @@ int main(int argc, char** argv) {
   if (!why.empty()) return std::fprintf(stderr, "nvcomp_load: %s\n", why.c_str()), 2;
   const bool direct = std::string(argv[2]) == "direct";
   set_config(Config{0, 0, 256 << 10, true});  // compress everything, several segments per part
-  const CodecId codecs[] = {CodecId::none, CodecId::fp16, CodecId::int8, CodecId::sign,
-                            CodecId::lz4,  CodecId::bitcomp, CodecId::ans};
+  const CodecId codecs[] = {CodecId::none, CodecId::fp16, CodecId::bf16, CodecId::int8, CodecId::int4,
+                            CodecId::sign, CodecId::lz4,  CodecId::bitcomp, CodecId::ans};
   for (CodecId c : codecs)
     for (Coll coll : {Coll::allreduce, Coll::reduce_scatter, Coll::allgather})
       for (size_t n : {size_t(1000), size_t(3 * 65536 + 7), size_t(300001)})
@@ -129,6 +131,9 @@ int main(int argc, char** argv) {
     for (DType t : {DType::f32, DType::bf16}) run_one(Coll::allreduce, c, t, 300001, 0, true, false, direct);
   run_one(Coll::allreduce, CodecId::int4, DType::f32, 300001, 0, false, true, direct);
   run_one(Coll::reduce_scatter, CodecId::sign, DType::f32, 100003, 0, false, true, direct);
+  for (uint32_t block : {32u, 1056u})  // one row per warp; 33 rows, the last partial in every record
+    for (CodecId c : {CodecId::int8, CodecId::int4, CodecId::sign})
+      run_one(Coll::allreduce, c, DType::f32, 100003, 1, false, true, direct, block);
 
   // A frame corrupted on its way is a codec error, not a crash (zeros: every chunk compressed).
   std::vector<uint8_t> x(800000, 0);

@@ -2,6 +2,8 @@
 // lane j handles elements j, j + 32, j + 64, ..., which is the lane order format.h fixes for
 // the sign codec's abs-sum, so every result is bit-identical to the CPU's (nvcc --fmad=false
 // matches the CPU's -ffp-contract=off). Decoding is one thread per element.
+// Every launch goes through launch(), so that tests/fake_cuda can compile this file as C++
+// and run the same kernels on the CPU (a warp's lanes as fibers) against the CPU codecs.
 #include "codec_cuda.h"
 #include "runtime.h"
 
@@ -172,6 +174,16 @@ __global__ void store_kernel(const float* acc, size_t n, float scale, DType t, v
     store_f32(y, t, i, acc[i] * scale);
 }
 
+template <class... P, class... A>
+void launch(const char* what, void (*kernel)(P...), unsigned grid, cudaStream_t st, A... args) {
+#if defined(__CUDACC__)
+  kernel<<<grid, kThreads, 0, st>>>(args...);
+#else
+  fake_cuda_launch(grid, kThreads, st, [=] { kernel(args...); }, args...);
+#endif
+  check(cudaGetLastError(), what);
+}
+
 unsigned grid_for(size_t threads) {
   size_t g = (threads + kThreads - 1) / kThreads;
   return unsigned(g < (1u << 20) ? (g ? g : 1) : (1u << 20));  // grid-stride loops cover the rest
@@ -195,13 +207,13 @@ void encode(Spec s, DType t, const void* x, size_t n, float* res, uint8_t* out, 
   unsigned g = unsigned((warps * 32 + kThreads - 1) / kThreads);
   switch (s.id) {
     case CodecId::none: check(cudaMemcpyAsync(out, x, n * dtype_size(t), cudaMemcpyDeviceToDevice, st), "encode"); return;
-    case CodecId::fp16: encode_half<CodecId::fp16><<<grid_for(n), kThreads, 0, st>>>(t, x, n, res, reinterpret_cast<uint16_t*>(out)); break;
-    case CodecId::bf16: encode_half<CodecId::bf16><<<grid_for(n), kThreads, 0, st>>>(t, x, n, res, reinterpret_cast<uint16_t*>(out)); break;
-    case CodecId::int8: encode_blocks<CodecId::int8><<<g, kThreads, 0, st>>>(s.block, t, x, n, res, out); break;
-    case CodecId::int4: encode_blocks<CodecId::int4><<<g, kThreads, 0, st>>>(s.block, t, x, n, res, out); break;
-    case CodecId::sign: encode_blocks<CodecId::sign><<<g, kThreads, 0, st>>>(s.block, t, x, n, res, out); break;
+    case CodecId::fp16: return launch("encode", encode_half<CodecId::fp16>, grid_for(n), st, t, x, n, res, reinterpret_cast<uint16_t*>(out));
+    case CodecId::bf16: return launch("encode", encode_half<CodecId::bf16>, grid_for(n), st, t, x, n, res, reinterpret_cast<uint16_t*>(out));
+    case CodecId::int8: return launch("encode", encode_blocks<CodecId::int8>, g, st, s.block, t, x, n, res, out);
+    case CodecId::int4: return launch("encode", encode_blocks<CodecId::int4>, g, st, s.block, t, x, n, res, out);
+    case CodecId::sign: return launch("encode", encode_blocks<CodecId::sign>, g, st, s.block, t, x, n, res, out);
+    default: return;  // lossless codecs: nvcomp.cpp
   }
-  check(cudaGetLastError(), "encode kernel launch");
 }
 
 void decode(Spec s, DType t, const uint8_t* in, size_t n, float scale, void* y, void* stream) {
@@ -211,20 +223,17 @@ void decode(Spec s, DType t, const uint8_t* in, size_t n, float scale, void* y, 
     check(cudaMemcpyAsync(y, in, n * dtype_size(t), cudaMemcpyDeviceToDevice, st), "decode");
     return;
   }
-  decode_kernel<<<grid_for((n + 3) / 4), kThreads, 0, st>>>(s, t, in, n, scale, y);
-  check(cudaGetLastError(), "decode kernel launch");
+  launch("decode", decode_kernel, grid_for((n + 3) / 4), st, s, t, in, n, scale, y);
 }
 
 void decode_accumulate(Spec s, DType t, const uint8_t* in, size_t n, float* acc, void* stream) {
   if (n == 0) return;
-  accumulate_kernel<<<grid_for((n + 3) / 4), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(s, t, in, n, acc);
-  check(cudaGetLastError(), "decode_accumulate kernel launch");
+  launch("decode_accumulate", accumulate_kernel, grid_for((n + 3) / 4), static_cast<cudaStream_t>(stream), s, t, in, n, acc);
 }
 
 void store(const float* acc, size_t n, float scale, DType t, void* y, void* stream) {
   if (n == 0) return;
-  store_kernel<<<grid_for(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(acc, n, scale, t, y);
-  check(cudaGetLastError(), "store kernel launch");
+  launch("store", store_kernel, grid_for(n), static_cast<cudaStream_t>(stream), acc, n, scale, t, y);
 }
 
 namespace {
@@ -243,8 +252,7 @@ __global__ void copy_chunks_kernel(const ChunkCopy* list) {
 
 void copy_chunks(const ChunkCopy* list, size_t count, void* stream) {
   if (count == 0) return;
-  copy_chunks_kernel<<<unsigned(count), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(list);
-  check(cudaGetLastError(), "copy_chunks kernel launch");
+  launch("copy_chunks", copy_chunks_kernel, unsigned(count), static_cast<cudaStream_t>(stream), list);
 }
 
 }  // namespace mpicomp::cuda
