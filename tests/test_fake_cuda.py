@@ -1,40 +1,61 @@
-"""The GPU engine without a GPU: staging through pinned buffers or passing device pointers to
+"""The GPU path without a GPU: staging through pinned buffers or passing device pointers to
 MPI, lossless frames through nvCOMP's batched API (headers, chunk plans, alignment, raw
-chunks, status checks), error feedback on the device, and the CUDA kernels themselves.
-tests/fake_cuda builds mpicomp's core with a stand-in CUDA runtime whose "device" memory is
-registered host memory (every copy and kernel argument checks its pointers' kinds, guard
-bytes catch writes out of bounds) and a stand-in nvCOMP; kernels.cu is compiled as C++ and
-its kernels run on the CPU, a warp's lanes as fibers so that shuffles and votes behave as on
-a GPU, under -fsanitize=alignment (a misaligned load faults on a GPU). Every collective,
-codec and dtype must equal the host engine's result byte for byte, under mpiexec. What only
-a GPU can show (real nvCOMP, streams, speed) is tests/gpu's."""
+chunks, status checks), error feedback on the device, the CUDA kernels themselves, and the
+Python layer on GPU arrays. tests/fake_cuda builds mpicomp's core with a stand-in CUDA
+runtime whose "device" memory is registered host memory (every copy and kernel argument
+checks its pointers' kinds, guard bytes catch writes out of bounds) and a stand-in nvCOMP;
+kernels.cu is compiled as C++ and its kernels run on the CPU, a warp's lanes as fibers so
+that shuffles and votes behave as on a GPU, under -fsanitize=alignment (a misaligned load
+faults on a GPU). Built into a program (engine_check.cpp: the GPU engine against the host
+engine) and into mpicomp._core (python_check.py: __cuda_array_interface__ arrays against
+numpy), every collective, codec and dtype must give the host's bytes, under mpiexec. What
+only a GPU can show (real nvCOMP, streams, speed) is tests/gpu's."""
+import os
+import shutil
 import subprocess
 import sys
+import sysconfig
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import mpi4py
+import pybind11
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 FAKE = ROOT / "tests" / "fake_cuda"
+FLAGS = ["-std=c++17", "-O1", "-fPIC", "-ffp-contract=off", f"-I{FAKE}", "-fsanitize=alignment",
+         "-fno-sanitize-recover=alignment"]
+
+
+def _cxx(*args):
+    subprocess.run([str(BIN / "mpicxx"), *FLAGS, *map(str, args)], check=True, timeout=600)
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
+    """engine_check, the stand-in nvCOMP, and a copy of the mpicomp package whose _core runs
+    on the stand-in runtime."""
     out = tmp_path_factory.mktemp("fake_cuda")
     core = sorted((ROOT / "cpp" / "coll").glob("*.cpp")) + [
         p for p in sorted((ROOT / "cpp" / "codecs").glob("*.cpp")) if not p.name.startswith("cpu_avx")]
-    sources = [*core, ROOT / "cpp" / "codecs" / "cuda" / "nvcomp.cpp", FAKE / "fake_runtime.cpp",
-               FAKE / "fake_device.cpp", FAKE / "engine_check.cpp"]
-    flags = ["-std=c++17", "-O1", "-ffp-contract=off", f"-I{FAKE}", "-fsanitize=alignment",
-             "-fno-sanitize-recover=alignment"]
-    kernels = out / "kernels.o"
-    subprocess.run([str(BIN / "mpicxx"), *flags, "-c", "-x", "c++",
-                    str(ROOT / "cpp" / "codecs" / "cuda" / "kernels.cu"), "-o", str(kernels)], check=True, timeout=600)
-    subprocess.run([str(BIN / "mpicxx"), *flags, "-rdynamic", "-o", str(out / "engine_check"), *map(str, sources),
-                    str(kernels), "-ldl"], check=True, timeout=600)
-    subprocess.run([str(BIN / "mpicxx"), *flags, "-shared", "-fPIC", "-o", str(out / "libfake_nvcomp.so"),
-                    str(FAKE / "fake_nvcomp.cpp")], check=True, timeout=600)
+    common = [*core, ROOT / "cpp" / "codecs" / "cuda" / "nvcomp.cpp", FAKE / "fake_runtime.cpp",
+              FAKE / "fake_device.cpp"]
+    includes = [f"-I{pybind11.get_include()}", f"-I{mpi4py.get_include()}", f"-I{sysconfig.get_paths()['include']}",
+                "-DMPICOMP_WITH_CUDA"]
+    jobs = [(src, out / f"{i}.o", ["-x", "c++"] if src.suffix == ".cu" else [])
+            for i, src in enumerate([*common, ROOT / "cpp" / "codecs" / "cuda" / "kernels.cu"])]
+    jobs += [(ROOT / "cpp" / "bind" / name, out / f"{name}.o", includes) for name in ("module.cpp", "cuda.cpp")]
+    jobs += [(FAKE / "engine_check.cpp", out / "engine_check.o", [])]
+    with ThreadPoolExecutor(os.cpu_count()) as pool:
+        list(pool.map(lambda j: _cxx(*j[2], "-c", j[0], "-o", j[1]), jobs))
+    objects = [o for _, o, _ in jobs]
+    _cxx("-rdynamic", "-o", out / "engine_check", *objects[:-3], objects[-1], "-ldl")
+    pkg = out / "pkg" / "mpicomp"
+    shutil.copytree(ROOT / "python" / "mpicomp", pkg, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    _cxx("-shared", "-o", pkg / f"_core{sysconfig.get_config_var('EXT_SUFFIX')}", *objects[:-1], "-ldl")
+    _cxx("-shared", "-o", out / "libfake_nvcomp.so", FAKE / "fake_nvcomp.cpp")
     return out
 
 
@@ -44,3 +65,11 @@ def test_gpu_engine_matches_the_host_engine(built, n, mode):
     r = subprocess.run([str(BIN / "mpiexec"), "-n", str(n), str(built / "engine_check"),
                         str(built / "libfake_nvcomp.so"), mode], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and f"engine_check {mode}: 0 failed checks" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_python_layer_on_gpu_arrays_matches_numpy(built, n):
+    env = dict(os.environ, PYTHONPATH=str(built / "pkg"), MPICOMP_NVCOMP_LIBRARY=str(built / "libfake_nvcomp.so"))
+    r = subprocess.run([str(BIN / "mpiexec"), "-n", str(n), sys.executable, str(FAKE / "python_check.py")],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0 and "python_check: 0 failed checks" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]

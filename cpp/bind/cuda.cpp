@@ -1,7 +1,6 @@
 // The GPU codecs in mpicomp._core (CUDA builds only): device addresses and a stream handle in
 // (e.g. torch.cuda.current_stream().cuda_stream), the GIL released while launching.
 #include <cuda_runtime.h>
-#include <mpi4py/mpi4py.h>
 #include <pybind11/pybind11.h>
 
 #include <string>
@@ -39,7 +38,7 @@ void bind_cuda(py::module_& m) {
   // stream; returns when the results are in y. count as for the host bindings.
   m.def("cuda_collective", [](int coll, py::handle comm, uintptr_t x, uintptr_t y, size_t count, int dtype,
                               int codec, uint32_t block, bool avg, uintptr_t residual, uintptr_t stream) {
-    MPI_Comm c = *PyMPIComm_Get(comm.ptr());
+    MPI_Comm c = comm_of(comm);
     py::gil_scoped_release nogil;
     int dev = device_of(reinterpret_cast<void*>(x), "x");
     if (device_of(reinterpret_cast<void*>(y), "out") != dev)

@@ -20,13 +20,13 @@ using namespace mpicomp;
 void bind_cuda(py::module_& m);  // cuda.cpp
 #endif
 
-namespace {
-
-MPI_Comm comm_of(py::handle obj) {
+MPI_Comm mpicomp::comm_of(py::handle obj) {
   MPI_Comm* c = PyMPIComm_Get(obj.ptr());
   if (!c) throw py::error_already_set();
   return *c;
 }
+
+namespace {
 
 template <class T>
 T* ptr(uintptr_t a) { return reinterpret_cast<T*>(a); }

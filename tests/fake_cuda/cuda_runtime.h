@@ -16,7 +16,18 @@ constexpr cudaError_t cudaSuccess = 0, cudaErrorInvalidValue = 1;
 typedef struct FakeStream* cudaStream_t;
 enum cudaMemcpyKind { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice };
 
+enum cudaMemoryType { cudaMemoryTypeUnregistered, cudaMemoryTypeHost, cudaMemoryTypeDevice, cudaMemoryTypeManaged };
+struct cudaPointerAttributes {
+  cudaMemoryType type;
+  int device;
+};
+#define cudaStreamLegacy reinterpret_cast<cudaStream_t>(1)
+#define cudaStreamPerThread reinterpret_cast<cudaStream_t>(2)
+
+extern "C" {  // as CUDA's: tests/fake_cuda/python_check.py calls them through ctypes
 cudaError_t cudaGetDeviceCount(int* count);
+cudaError_t cudaSetDevice(int device);
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p);
 cudaError_t cudaMalloc(void** p, size_t bytes);
 cudaError_t cudaFree(void* p);
 cudaError_t cudaMallocHost(void** p, size_t bytes);
@@ -28,7 +39,8 @@ cudaError_t cudaGetLastError();
 const char* cudaGetErrorString(cudaError_t e);
 
 // The test's view of the registry: whether p lies in memory cudaMalloc returned.
-extern "C" bool fake_cuda_is_device(const void* p);
+bool fake_cuda_is_device(const void* p);
+}
 
 // ---- device code ----
 #define __global__

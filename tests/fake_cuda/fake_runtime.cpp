@@ -56,6 +56,12 @@ cudaError_t release(std::map<const char*, size_t>& m, void* p) {
 extern "C" bool fake_cuda_is_device(const void* p) { return device(p, 1); }
 
 cudaError_t cudaGetDeviceCount(int* count) { return *count = 1, cudaSuccess; }
+cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidValue; }
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
+  a->type = device(p, 1) ? cudaMemoryTypeDevice : inside(g_pinned, p, 1) ? cudaMemoryTypeHost : cudaMemoryTypeUnregistered;
+  a->device = a->type == cudaMemoryTypeUnregistered ? -2 : 0;  // as CUDA 11+ reports plain host memory
+  return cudaSuccess;
+}
 cudaError_t cudaMalloc(void** p, size_t bytes) { return alloc(g_device, p, bytes); }
 cudaError_t cudaFree(void* p) { return release(g_device, p); }
 cudaError_t cudaMallocHost(void** p, size_t bytes) { return alloc(g_pinned, p, bytes); }

@@ -1,0 +1,159 @@
+"""mpicomp's Python layer on GPU arrays, without a GPU (tests/test_fake_cuda.py). Runs with
+PYTHONPATH at a copy of the package whose _core is built over the stand-in CUDA runtime
+(kernels on the CPU) and MPICOMP_NVCOMP_LIBRARY at the stand-in nvCOMP. DeviceArray stands
+for a cupy array: memory from the stand-in cudaMalloc, handed over by
+__cuda_array_interface__. Every call must give the bytes the same call gives on numpy
+arrays, and bad input the errors it gives there, on every rank.
+    mpiexec -n N python python_check.py
+"""
+import ctypes
+import os
+import sys
+
+import numpy as np
+from mpi4py import MPI
+
+sys.setdlopenflags(os.RTLD_NOW | os.RTLD_GLOBAL)  # the stand-in nvCOMP links to _core's symbols
+import mpicomp  # noqa: E402
+from mpicomp import _core  # noqa: E402
+
+LIB = ctypes.CDLL(_core.__file__)
+LIB.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
+LIB.cudaFree.argtypes = [ctypes.c_void_p]
+LIB.cudaMemcpyAsync.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
+HOST_TO_DEVICE, DEVICE_TO_HOST = 1, 2
+
+comm = MPI.COMM_WORLD
+rank, size = comm.Get_rank(), comm.Get_size()
+failed = []
+
+
+def expect(ok, what):
+    if not ok:
+        failed.append(what)
+        print(f"rank {rank}: FAIL {what}", file=sys.stderr, flush=True)
+
+
+class DeviceArray:
+    """A C-contiguous array in stand-in device memory, `offset` bytes into its allocation
+    (as a slice of a larger array would be); `strides` only to be reported."""
+
+    def __init__(self, host, offset=0, strides=None):
+        host = np.ascontiguousarray(host)
+        self.shape, self.dtype, self.strides = host.shape, host.dtype, strides
+        self._base = ctypes.c_void_p()
+        assert LIB.cudaMalloc(ctypes.byref(self._base), host.nbytes + offset) == 0
+        self.ptr = self._base.value + offset
+        assert LIB.cudaMemcpyAsync(self.ptr, host.ctypes.data, host.nbytes, HOST_TO_DEVICE, None) == 0
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False), "version": 3,
+                "strides": self.strides, "stream": 1}
+
+    def get(self):
+        h = np.empty(self.shape, self.dtype)
+        assert LIB.cudaMemcpyAsync(h.ctypes.data, self.ptr, h.nbytes, DEVICE_TO_HOST, None) == 0
+        return h
+
+    def __del__(self):
+        LIB.cudaFree(self._base)
+
+
+def data(n, dtype, seed):
+    """Runs of zeros between stretches of noise (lossless codecs compress some chunks and
+    store others), different on every rank."""
+    x = np.random.default_rng(seed * 1000 + rank).standard_normal(n).astype(dtype)
+    x[(np.arange(n) // 3000) % 3 != 0] = 0
+    return x
+
+
+def same(got, want, codec, coll):
+    if codec == "none" and coll != "allgather":  # the host sums through MPI: another order
+        tol = 1e-2 if got.dtype == np.float16 else 1e-5
+        return np.allclose(got.astype(np.float64), want.astype(np.float64), rtol=tol, atol=tol)
+    return got.tobytes() == want.tobytes()
+
+
+def collectives():
+    """Every collective, codec, dtype and op on DeviceArrays equals the numpy result."""
+    reference = {"nvcomp-lz4": "lz4", "nvcomp-bitcomp": "lz4", "nvcomp-ans": "lz4"}  # all restore the bytes
+    codecs = [c for c in mpicomp.available_codecs() if not c.startswith("powersgd")]
+    expect({"nvcomp-lz4", "nvcomp-bitcomp", "nvcomp-ans"} <= set(codecs), f"nvcomp codecs available: {codecs}")
+    for name, f, n_in, n_out in (("allreduce", mpicomp.allreduce, 1, 1),
+                                 ("reduce_scatter", mpicomp.reduce_scatter, size, 1),
+                                 ("allgather", mpicomp.allgather, 1, size)):
+        for codec in codecs:
+            for dtype in (np.float32, np.float16):
+                for n, offset in ((1001, 0), (70001, 1)):
+                    for op in ("sum", "avg") if name != "allgather" else (None,):
+                        kw = {"op": op} if op else {}
+                        x = data(n * n_in, dtype, n + offset)
+                        want = f(x, codec=reference.get(codec, codec), **kw)
+                        itemsize = np.dtype(dtype).itemsize
+                        dx = DeviceArray(x, offset * itemsize)
+                        dy = DeviceArray(np.full(n * n_out, 7, dtype), offset * itemsize)
+                        got = f(dx, codec=codec, out=dy, **kw)
+                        expect(got is dy and same(dy.get(), want, codec, name),
+                               f"{name} codec {codec} {np.dtype(dtype).name} n {n} offset {offset} op {op}")
+
+
+def nonblocking_and_feedback():
+    x = data(50001, np.float32, 5)
+    dy = DeviceArray(np.zeros(x.size, np.float32))
+    mpicomp.iallreduce(DeviceArray(x), codec="int8", out=dy).wait()
+    expect(same(dy.get(), mpicomp.allreduce(x, codec="int8"), "int8", "allreduce"), "iallreduce int8")
+
+    host, dev = mpicomp.ErrorFeedback(), mpicomp.ErrorFeedback()
+    dev.residual = DeviceArray(np.zeros(x.size, np.float32))  # cupy arrays get one made like x
+    for step in range(3):
+        want = mpicomp.allreduce(x, codec="int4", error_feedback=host)
+        got = mpicomp.allreduce(DeviceArray(x), codec="int4", out=DeviceArray(x), error_feedback=dev)
+        expect(same(got.get(), want, "int4", "allreduce"), f"error feedback step {step}: result")
+        expect(dev.residual.get().tobytes() == host.residual.tobytes(), f"error feedback step {step}: residual")
+
+
+def raises(kind, what, call):
+    try:
+        call()
+    except mpicomp.MpicompError as e:
+        expect(type(e) is kind, f"{what}: {kind.__name__} expected, got {type(e).__name__}: {e}")
+        return
+    expect(False, f"{what}: {kind.__name__} expected, nothing raised")
+
+
+def errors():
+    """Bad input raises on every rank (those with good input: ShapeMismatchError), and the
+    next call works."""
+    x = data(4096, np.float32, 9)
+    raises(mpicomp.ArgumentError, "device x, host out",
+           lambda: mpicomp.allreduce(DeviceArray(x), codec="int8", out=np.empty_like(x)))
+    raises(mpicomp.ArgumentError, "non-contiguous device x",
+           lambda: mpicomp.allreduce(DeviceArray(np.zeros((64, 64), np.float32), strides=(4, 256)), codec="int8"))
+    raises(mpicomp.BackendError if rank == 0 else mpicomp.ShapeMismatchError, "nvcomp-ans on host memory at rank 0",
+           lambda: mpicomp.allreduce(x if rank == 0 else DeviceArray(x), codec="nvcomp-ans",
+                                     out=None if rank == 0 else DeviceArray(x)))
+    y = x.astype(np.float16) if rank == 0 else x
+    raises(mpicomp.ShapeMismatchError, "dtypes differ between ranks",
+           lambda: mpicomp.allreduce(DeviceArray(y), codec="int8", out=DeviceArray(y)))
+    dy = DeviceArray(x)
+    mpicomp.allreduce(DeviceArray(x), codec="int8", out=dy)
+    expect(same(dy.get(), mpicomp.allreduce(x, codec="int8"), "int8", "allreduce"), "a call after the errors")
+
+
+def main():
+    mpicomp.config.min_bytes = 0
+    mpicomp.config.compress_local = 1  # one node: compress anyway
+    mpicomp.config.segment_bytes = 64 << 10  # several segments per part
+    expect(_core.cuda_available() and mpicomp.codecs.nvcomp_loaded(), "the stand-in GPU and nvCOMP are usable")
+    collectives()
+    nonblocking_and_feedback()
+    errors()
+    total = comm.allreduce(len(failed))
+    if rank == 0:
+        print(f"python_check: {total} failed checks", flush=True)
+    return 1 if total else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
