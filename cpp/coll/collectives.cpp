@@ -49,11 +49,26 @@ void divide(void* y, DType t, size_t n, int size) {
   }
 }
 
-// Whether an uncompressed host collective travels inside the agreement: when it fits
+// Whether an uncompressed collective travels inside the agreement: when it fits
 // eager_bytes (`small`) or when two ranks make that MPI's own exchange (`pair`); eager_bytes
 // 0 turns it off.
-bool rides_agreement(const Signature& sig, const CollArgs& a, const Config& cfg, bool small, bool pair) {
-  return sig.wire == CodecId::none && !a.engine && cfg.eager_bytes && (small || pair);
+bool rides_agreement(const Signature& sig, const Config& cfg, bool small, bool pair) {
+  return sig.wire == CodecId::none && cfg.eager_bytes && (small || pair);
+}
+
+// Uncompressed data that MPI moves itself (as the agreement's payload, or in MPI's own
+// collective) is in host memory on every rank: a rank with GPU buffers copies them there and
+// takes the host's path, so that ranks with GPU and with host buffers meet in the same
+// messages, and a small GPU collective costs two copies rather than a pipeline of launches.
+void via_host(Coll coll, MPI_Comm comm, const void* x, size_t x_bytes, void* y, size_t y_bytes, const CollArgs& a) {
+  thread_local std::vector<char> hx, hy;
+  hx.resize(x_bytes);
+  hy.resize(y_bytes);
+  a.engine->copy(hx.data(), x, x_bytes, true);
+  CollArgs h = a;
+  h.engine = nullptr;
+  collective(coll, comm, hx.data(), hy.data(), h);
+  a.engine->copy(y, hy.data(), y_bytes, false);
 }
 
 // Sums n elements of x (dtype t) over all ranks inside the agreement (sig.eager), and stores
@@ -113,12 +128,14 @@ void allreduce(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   // size, since there recursive doubling moves no more data than MPI's reduce-scatter +
   // allgather and saves a round of latency.
   MPI_Datatype mt = mpi_type(a.dtype);
-  sig.eager = rides_agreement(sig, a, cfg, bytes <= cfg.eager_bytes, ci.size == 2 && mt != MPI_DATATYPE_NULL);
+  sig.eager = rides_agreement(sig, cfg, bytes <= cfg.eager_bytes, ci.size == 2 && mt != MPI_DATATYPE_NULL);
+  if (a.engine && sig.wire == CodecId::none && (sig.eager || mt != MPI_DATATYPE_NULL))
+    return via_host(Coll::allreduce, comm, x, bytes, y, bytes, a);
   if (sig.eager) return eager_sum(comm, sig, e, Payload::sum, a.dtype, x, a.count, 0, a.count, a.avg, ci.size, y);
 
   handshake(comm, sig);
   if (a.count == 0) return;
-  if (sig.wire == CodecId::none && mt != MPI_DATATYPE_NULL && !a.engine) {
+  if (sig.wire == CodecId::none && mt != MPI_DATATYPE_NULL) {
     mpi_check(PMPI_Allreduce_c(x == y ? MPI_IN_PLACE : x, y, MPI_Count(a.count), mt, MPI_SUM, comm), "MPI_Allreduce");
     if (a.avg) divide(y, a.dtype, a.count, ci.size);
     return;
@@ -158,13 +175,15 @@ void reduce_scatter(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   // large ones take the path below).
   const size_t total = a.count * ci.size;
   MPI_Datatype mt = mpi_type(a.dtype);
-  sig.eager = rides_agreement(sig, a, cfg, total * dtype_size(a.dtype) <= cfg.eager_bytes,
+  sig.eager = rides_agreement(sig, cfg, total * dtype_size(a.dtype) <= cfg.eager_bytes,
                               ci.size == 2 && mt != MPI_DATATYPE_NULL);
+  if (a.engine && sig.wire == CodecId::none && (sig.eager || mt != MPI_DATATYPE_NULL))
+    return via_host(Coll::reduce_scatter, comm, x, total * dtype_size(a.dtype), y, a.count * dtype_size(a.dtype), a);
   if (sig.eager)
     return eager_sum(comm, sig, e, Payload::halve, a.dtype, x, total, a.count * ci.rank, a.count, a.avg, ci.size, y);
   handshake(comm, sig);
   if (a.count == 0) return;
-  if (sig.wire == CodecId::none && mt != MPI_DATATYPE_NULL && !a.engine) {
+  if (sig.wire == CodecId::none && mt != MPI_DATATYPE_NULL) {
     mpi_check(PMPI_Reduce_scatter_block_c(x, y, MPI_Count(a.count), mt, MPI_SUM, comm), "MPI_Reduce_scatter_block");
     if (a.avg) divide(y, a.dtype, a.count, ci.size);
     return;
@@ -183,12 +202,13 @@ void allgather(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   // The blocks ride along with the agreement, each received straight into place, when small
   // and on two ranks at any size (there it is MPI's own exchange). Bytes, whatever the dtype.
   const size_t block = a.count * dtype_size(a.dtype);
-  sig.eager = rides_agreement(sig, a, cfg, block * ci.size <= cfg.eager_bytes, ci.size == 2);
+  sig.eager = rides_agreement(sig, cfg, block * ci.size <= cfg.eager_bytes, ci.size == 2);
+  if (a.engine && sig.wire == CodecId::none) return via_host(Coll::allgather, comm, x, block, y, block * ci.size, a);
   if (sig.eager) return handshake(comm, sig, Payload{Payload::gather, x, y, block});
   handshake(comm, sig);
   if (a.count == 0) return;
   MPI_Datatype mt = mpi_type(a.dtype);
-  if (sig.wire == CodecId::none && !a.engine) {
+  if (sig.wire == CodecId::none) {
     // Any dtype: gathering moves bytes without arithmetic.
     MPI_Datatype bt = mt != MPI_DATATYPE_NULL ? mt : MPI_UINT16_T;
     mpi_check(PMPI_Allgather_c(x, MPI_Count(a.count), bt, y, MPI_Count(a.count), bt, comm), "MPI_Allgather");

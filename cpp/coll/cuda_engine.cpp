@@ -83,6 +83,11 @@ struct CudaEngine final : Engine {
     uint8_t* d = mirror[slot].get<uint8_t>(bytes ? bytes : 1, stream);
     return direct ? d : host[slot].get<uint8_t>(bytes ? bytes : 1, stream);
   }
+  void copy(void* dst, const void* src, size_t bytes, bool to_host) override {
+    check(cudaMemcpyAsync(dst, src, bytes, to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, stream),
+          "cudaMemcpyAsync");
+    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  }
   void finish() override { check(cudaStreamSynchronize(stream), "cudaStreamSynchronize"); }
 };
 

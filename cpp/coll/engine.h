@@ -5,6 +5,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 
 #include "../codecs/format.h"
@@ -26,6 +27,8 @@ struct Engine {
   virtual float* scratch_f32(int slot, size_t n) = 0;
   // Host (or, for CUDA-aware MPI, device) memory for wire bytes.
   virtual uint8_t* wire(int slot, size_t bytes) = 0;
+  // Copies bytes from engine memory to host memory (to_host) or back; done when it returns.
+  virtual void copy(void* dst, const void* src, size_t bytes, bool to_host) { std::memcpy(dst, src, bytes); }
   // The collective is over: results are in place when this returns.
   virtual void finish() {}
 };

@@ -75,14 +75,17 @@ def same(got, want, codec, coll):
     return got.tobytes() == want.tobytes()
 
 
+# name, function, input and output elements per element of n
+COLLECTIVES = (("allreduce", mpicomp.allreduce, 1, 1), ("reduce_scatter", mpicomp.reduce_scatter, size, 1),
+               ("allgather", mpicomp.allgather, 1, size))
+
+
 def collectives():
     """Every collective, codec, dtype and op on DeviceArrays equals the numpy result."""
     reference = {"nvcomp-lz4": "lz4", "nvcomp-bitcomp": "lz4", "nvcomp-ans": "lz4"}  # all restore the bytes
     codecs = [c for c in mpicomp.available_codecs() if not c.startswith("powersgd")]
     expect({"nvcomp-lz4", "nvcomp-bitcomp", "nvcomp-ans"} <= set(codecs), f"nvcomp codecs available: {codecs}")
-    for name, f, n_in, n_out in (("allreduce", mpicomp.allreduce, 1, 1),
-                                 ("reduce_scatter", mpicomp.reduce_scatter, size, 1),
-                                 ("allgather", mpicomp.allgather, 1, size)):
+    for name, f, n_in, n_out in COLLECTIVES:
         for codec in codecs:
             for dtype in (np.float32, np.float16):
                 for n, offset in ((1001, 0), (70001, 1)):
@@ -96,6 +99,25 @@ def collectives():
                         got = f(dx, codec=codec, out=dy, **kw)
                         expect(got is dy and same(dy.get(), want, codec, name),
                                f"{name} codec {codec} {np.dtype(dtype).name} n {n} offset {offset} op {op}")
+
+
+def mixed():
+    """Rank 0 with host arrays and the others with GPU arrays in one call (uncompressed small
+    and large, compressed, lossless: nvcomp-lz4 writes lz4's frames) give the bytes of the
+    same call with host arrays everywhere."""
+    for name, f, n_in, n_out in COLLECTIVES:
+        for codec, dtype, n in (("none", np.float32, 100), ("none", np.float32, 70001), ("none", np.float16, 70001),
+                                ("int8", np.float32, 70001), ("fp16", np.float16, 1001), ("lz4", np.float32, 70001)):
+            x = data(n * n_in, dtype, n)
+            want = f(x, codec=codec)
+            if rank == 0:
+                got = f(x, codec=codec)
+            else:
+                dy = DeviceArray(np.zeros(n * n_out, dtype))
+                f(DeviceArray(x), codec="nvcomp-lz4" if codec == "lz4" else codec, out=dy)
+                got = dy.get()
+            expect(got.tobytes() == want.tobytes(), f"{name} codec {codec} {np.dtype(dtype).name} n {n}: rank 0 on "
+                                                    f"the host, the others on the GPU")
 
 
 def nonblocking_and_feedback():
@@ -147,6 +169,7 @@ def main():
     mpicomp.config.segment_bytes = 64 << 10  # several segments per part
     expect(_core.cuda_available() and mpicomp.codecs.nvcomp_loaded(), "the stand-in GPU and nvCOMP are usable")
     collectives()
+    mixed()
     nonblocking_and_feedback()
     errors()
     total = comm.allreduce(len(failed))
