@@ -68,6 +68,13 @@ def data(n, dtype, seed):
     return x
 
 
+def same_bits(a, b):
+    """Equal bit for bit, but any NaN equals any NaN: a NaN's sign and payload after
+    arithmetic depend on the processor (a GPU makes one NaN of all)."""
+    nan = np.isnan(a)
+    return np.array_equal(nan, np.isnan(b)) and a[~nan].tobytes() == b[~nan].tobytes()
+
+
 def same(got, want, codec, coll):
     if codec == "none" and coll != "allgather":  # the host sums through MPI: another order
         tol = 1e-2 if got.dtype == np.float16 else 1e-5
@@ -120,6 +127,37 @@ def mixed():
                                                     f"the host, the others on the GPU")
 
 
+def codec_kernels():
+    """Each lossy codec's kernels through the bindings: the GPU's bytes are the host's, either
+    side's bytes decode (scaled) and accumulate alike on the other, and the error-feedback
+    residual matches; with blocks poisoned by NaN and Inf, float64 input, odd sizes."""
+    ids = {"float32": 0, "float16": 1, "float64": 3}
+    for name in ("fp16", "bf16", "int8", "int4", "sign"):
+        c = mpicomp.codec(name, **({"block": 1056} if name == "int4" else {}))
+        for dtype in ("float32", "float16", "float64"):
+            for n in (1, 31, 257, 4097, 100_003):
+                what = f"codec {name} {dtype} n {n}"
+                x = np.random.default_rng(n).standard_normal(n).astype(dtype)
+                x[n // 2] = np.nan
+                x[n // 3] = np.inf if n > 3 else x[n // 3]
+                res = np.random.default_rng(7).standard_normal(n).astype(np.float32) * 0.01
+                dres = DeviceArray(res)
+                cpu = c.encode(x, residual=res)
+                dx, gpu, cpu_on_gpu = DeviceArray(x), DeviceArray(np.zeros(cpu.size, np.uint8)), DeviceArray(cpu)
+                _core.cuda_encode(c.id, c.block, ids[dtype], dx.ptr, n, dres.ptr, gpu.ptr, 1)
+                expect(gpu.get().tobytes() == cpu.tobytes(), f"{what}: GPU bytes")
+                expect(dres.get().tobytes() == res.tobytes(), f"{what}: GPU residual")
+                y_gpu, y_cpu = DeviceArray(np.zeros(n, dtype)), np.zeros(n, dtype)
+                gpu_on_cpu = gpu.get()
+                _core.cuda_decode(c.id, c.block, ids[dtype], cpu_on_gpu.ptr, n, 0.5, y_gpu.ptr, 1)
+                _core.decode(c.id, c.block, ids[dtype], gpu_on_cpu.ctypes.data, n, 0.5, y_cpu.ctypes.data)
+                expect(same_bits(y_gpu.get(), y_cpu), f"{what}: decoded on the other side")
+                acc_gpu, acc_cpu = DeviceArray(np.ones(n, np.float32)), np.ones(n, np.float32)
+                _core.cuda_decode_accumulate(c.id, c.block, ids[dtype], gpu.ptr, n, acc_gpu.ptr, 1)
+                _core.decode_accumulate(c.id, c.block, ids[dtype], cpu.ctypes.data, n, acc_cpu.ctypes.data)
+                expect(same_bits(acc_gpu.get(), acc_cpu), f"{what}: accumulated")
+
+
 def nonblocking_and_feedback():
     x = data(50001, np.float32, 5)
     dy = DeviceArray(np.zeros(x.size, np.float32))
@@ -168,6 +206,7 @@ def main():
     mpicomp.config.compress_local = 1  # one node: compress anyway
     mpicomp.config.segment_bytes = 64 << 10  # several segments per part
     expect(_core.cuda_available() and mpicomp.codecs.nvcomp_loaded(), "the stand-in GPU and nvCOMP are usable")
+    codec_kernels()
     collectives()
     mixed()
     nonblocking_and_feedback()
