@@ -80,6 +80,10 @@ struct CudaEngine final : Engine {
   }
   float* scratch_f32(int slot, size_t n) override { return f32[slot].get<float>(n * sizeof(float), stream); }
   uint8_t* wire(int slot, size_t bytes) override {
+    // MPI may write into it as soon as a receive is posted, outside the stream's order: the
+    // copies and kernels still queued on the stream that read it (the last segments of a
+    // reduce-scatter stage, when the allgather stage takes the same slot) must be done first.
+    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     uint8_t* d = mirror[slot].get<uint8_t>(bytes ? bytes : 1, stream);
     return direct ? d : host[slot].get<uint8_t>(bytes ? bytes : 1, stream);
   }

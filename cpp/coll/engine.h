@@ -25,7 +25,8 @@ struct Engine {
   virtual void load(DType t, const void* x, size_t n, float* residual, float* acc) = 0;
   // Float32 scratch in engine memory, valid until the next call of the same slot.
   virtual float* scratch_f32(int slot, size_t n) = 0;
-  // Host (or, for CUDA-aware MPI, device) memory for wire bytes.
+  // Host (or, for CUDA-aware MPI, device) memory for wire bytes, which MPI may write from the
+  // moment this returns: no earlier work of the engine still reads it.
   virtual uint8_t* wire(int slot, size_t bytes) = 0;
   // Copies bytes from engine memory to host memory (to_host) or back; done when it returns.
   virtual void copy(void* dst, const void* src, size_t bytes, bool to_host) { std::memcpy(dst, src, bytes); }

@@ -91,16 +91,19 @@ inline unsigned __ballot_sync(unsigned mask, int pred) {
   return bits;
 }
 
-// Runs body once per thread of a grid x block launch, as kernels.cu's launch() asks; every
-// pointer among the kernel's arguments must be device memory (or null).
+// Queues work on the stream (fake_runtime.cpp runs it when something waits for it).
+void fake_cuda_enqueue(std::function<void()> work);
+// Runs body once per thread of a grid x block launch (fake_device.cpp).
 void fake_cuda_run(unsigned grid, unsigned block, const std::function<void()>& body);
 void fake_cuda_fail(const char* what, const void* p);
+// kernels.cu's launch(): every pointer among the kernel's arguments must be device memory
+// (or null); the kernel runs when the stream is waited for.
 template <class... A>
-void fake_cuda_launch(unsigned grid, unsigned block, cudaStream_t, const std::function<void()>& body, const A&... args) {
+void fake_cuda_launch(unsigned grid, unsigned block, cudaStream_t, std::function<void()> body, const A&... args) {
   auto pointer = [](const auto& a) {
     if constexpr (std::is_pointer_v<std::decay_t<decltype(a)>>)
       if (a && !fake_cuda_is_device(a)) fake_cuda_fail("kernel argument off the device", a);
   };
   (pointer(args), ...);
-  fake_cuda_run(grid, block, body);
+  fake_cuda_enqueue([grid, block, body = std::move(body)] { fake_cuda_run(grid, block, body); });
 }

@@ -1,9 +1,14 @@
 // The stand-in runtime of cuda_runtime.h: "device" and pinned memory are host memory in
 // registries, with guard bytes on both sides of every allocation that are checked when it is
 // freed (a kernel writing out of bounds corrupts a GPU's memory silently; here it stops).
+// Work queued on a stream (kernels, copies between device and pinned memory, memsets,
+// nvCOMP's batches) runs only at the next point that waits for it: cudaStreamSynchronize,
+// cudaFree, a copy from or to pageable memory. That is the latest a GPU may run it, so code
+// that reads a result before waiting for it reads stale bytes here, every time.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
 
@@ -15,6 +20,24 @@ constexpr unsigned char kGuardByte = 0xC3;
 
 std::mutex g_mutex;
 std::map<const char*, size_t> g_device, g_pinned;
+
+// One queue for all streams: order within each stream is kept, and waiting for one stream
+// runs the others' work too, which can only hide a missing wait, never invent one.
+std::mutex g_queue_mutex;
+std::deque<std::function<void()>> g_queue;
+
+void flush() {
+  for (;;) {
+    std::function<void()> work;
+    {
+      std::lock_guard<std::mutex> g(g_queue_mutex);
+      if (g_queue.empty()) return;
+      work = std::move(g_queue.front());
+      g_queue.pop_front();
+    }
+    work();
+  }
+}
 
 bool inside(const std::map<const char*, size_t>& m, const void* p, size_t bytes) {
   std::lock_guard<std::mutex> g(g_mutex);
@@ -37,6 +60,7 @@ cudaError_t alloc(std::map<const char*, size_t>& m, void** p, size_t bytes) {
   return cudaSuccess;
 }
 cudaError_t release(std::map<const char*, size_t>& m, void* p) {
+  flush();  // as cudaFree: queued work may still use the memory
   size_t bytes;
   {
     std::lock_guard<std::mutex> g(g_mutex);
@@ -55,6 +79,11 @@ cudaError_t release(std::map<const char*, size_t>& m, void* p) {
 
 extern "C" bool fake_cuda_is_device(const void* p) { return device(p, 1); }
 
+void fake_cuda_enqueue(std::function<void()> work) {
+  std::lock_guard<std::mutex> g(g_queue_mutex);
+  g_queue.push_back(std::move(work));
+}
+
 cudaError_t cudaGetDeviceCount(int* count) { return *count = 1, cudaSuccess; }
 cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidValue; }
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
@@ -72,14 +101,23 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
   bool from_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
   if (device(dst, bytes) != to_dev) fake_cuda_fail(to_dev ? "copy into non-device memory" : "copy to the host into device memory", dst);
   if (device(src, bytes) != from_dev) fake_cuda_fail(from_dev ? "copy from non-device memory" : "copy from the host out of device memory", src);
-  std::memmove(dst, src, bytes);
+  const void* host = to_dev ? (from_dev ? nullptr : src) : dst;
+  if (host && !inside(g_pinned, host, bytes ? bytes : 1)) {  // pageable: CUDA waits for the stream, copies, returns
+    flush();
+    std::memmove(dst, src, bytes);
+  } else {
+    fake_cuda_enqueue([=] { std::memmove(dst, src, bytes); });
+  }
   return cudaSuccess;
 }
 cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) {
   if (!device(p, bytes)) fake_cuda_fail("memset of non-device memory", p);
-  std::memset(p, value, bytes);
+  fake_cuda_enqueue([=] { std::memset(p, value, bytes); });
   return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t) {
+  flush();
+  return cudaSuccess;
+}
 cudaError_t cudaGetLastError() { return cudaSuccess; }
 const char* cudaGetErrorString(cudaError_t) { return "fake CUDA error"; }
