@@ -205,10 +205,11 @@ void encode(Spec s, DType t, const void* x, size_t n, float* res, uint8_t* out, 
   cudaStream_t st = static_cast<cudaStream_t>(stream);
   size_t warps = (n + s.block - 1) / (s.block ? s.block : 1);
   unsigned g = unsigned((warps * 32 + kThreads - 1) / kThreads);
+  auto* half = reinterpret_cast<uint16_t*>(out);
   switch (s.id) {
     case CodecId::none: check(cudaMemcpyAsync(out, x, n * dtype_size(t), cudaMemcpyDeviceToDevice, st), "encode"); return;
-    case CodecId::fp16: return launch("encode", encode_half<CodecId::fp16>, grid_for(n), st, t, x, n, res, reinterpret_cast<uint16_t*>(out));
-    case CodecId::bf16: return launch("encode", encode_half<CodecId::bf16>, grid_for(n), st, t, x, n, res, reinterpret_cast<uint16_t*>(out));
+    case CodecId::fp16: return launch("encode", encode_half<CodecId::fp16>, grid_for(n), st, t, x, n, res, half);
+    case CodecId::bf16: return launch("encode", encode_half<CodecId::bf16>, grid_for(n), st, t, x, n, res, half);
     case CodecId::int8: return launch("encode", encode_blocks<CodecId::int8>, g, st, s.block, t, x, n, res, out);
     case CodecId::int4: return launch("encode", encode_blocks<CodecId::int4>, g, st, s.block, t, x, n, res, out);
     case CodecId::sign: return launch("encode", encode_blocks<CodecId::sign>, g, st, s.block, t, x, n, res, out);
@@ -228,7 +229,8 @@ void decode(Spec s, DType t, const uint8_t* in, size_t n, float scale, void* y, 
 
 void decode_accumulate(Spec s, DType t, const uint8_t* in, size_t n, float* acc, void* stream) {
   if (n == 0) return;
-  launch("decode_accumulate", accumulate_kernel, grid_for((n + 3) / 4), static_cast<cudaStream_t>(stream), s, t, in, n, acc);
+  launch("decode_accumulate", accumulate_kernel, grid_for((n + 3) / 4), static_cast<cudaStream_t>(stream), s, t, in,
+         n, acc);
 }
 
 void store(const float* acc, size_t n, float scale, DType t, void* y, void* stream) {
