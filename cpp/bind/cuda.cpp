@@ -6,6 +6,7 @@
 #include <string>
 
 #include "../codecs/cuda/codec_cuda.h"
+#include "../codecs/lossless.h"
 #include "../coll/coll.h"
 #include "../core/errors.h"
 #include "args.h"
@@ -78,10 +79,11 @@ void bind_cuda(py::module_& m) {
     py::gil_scoped_release nogil;
     Spec s{CodecId(codec), block};
     auto* src = reinterpret_cast<const uint8_t*>(in);
-    if (is_lossless(s.id) && scale == 1.f)
+    if (is_lossless(s.id)) {
+      require_unscaled(scale);
       return cuda::frame_decode(s.id, src, nullptr, n * dtype_size(DType(dtype)), reinterpret_cast<uint8_t*>(y),
                                 reinterpret_cast<void*>(stream));
-    if (is_lossless(s.id)) throw Error(ErrorKind::argument, "a lossless codec restores bytes: it cannot scale them");
+    }
     cuda::decode(s, DType(dtype), src, n, scale, reinterpret_cast<void*>(y), reinterpret_cast<void*>(stream));
   });
   m.def("cuda_decode_accumulate", [](int codec, uint32_t block, int dtype, uintptr_t in, size_t n, uintptr_t acc,

@@ -182,9 +182,13 @@ size_t host_encode(Spec s, DType t, const void* x, size_t n, float* residual, ui
   return encoded_bytes(s, t, n);
 }
 
+void require_unscaled(float scale) {
+  if (scale != 1.f) throw Error(ErrorKind::argument, "a lossless codec restores bytes: it cannot scale them");
+}
+
 void host_decode(Spec s, DType t, const uint8_t* in, size_t n, float scale, void* y) {
   if (!is_lossless(s.id)) return cpu_kernels().decode(s, t, in, n, scale, y);
-  if (scale != 1.f) throw Error(ErrorKind::argument, "a lossless codec restores bytes: it cannot scale them");
+  require_unscaled(scale);
   frame_decode(s.id, in, n * dtype_size(t), static_cast<uint8_t*>(y));
 }
 

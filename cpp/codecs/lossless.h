@@ -18,6 +18,9 @@ size_t host_encode(Spec s, DType t, const void* x, size_t n, float* residual, ui
 // elements: a corrupt one raises a codec Error.
 void host_decode(Spec s, DType t, const uint8_t* in, size_t n, float scale, void* y);
 void host_decode_accumulate(Spec s, DType t, const uint8_t* in, size_t n, float* acc);
+// A lossless codec restores the bytes it was given: a decode that would also scale them (an
+// average) raises an argument Error, on the host and on the GPU alike.
+void require_unscaled(float scale);
 
 // One LZ4 block (the lz4 library's block format) of src, if it is shorter than `cap` bytes;
 // returns its size, or 0 when it does not fit.

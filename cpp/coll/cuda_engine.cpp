@@ -7,6 +7,7 @@
 // earlier kernels on it finish before a collective reads its input.
 #include "../codecs/cuda/codec_cuda.h"
 #include "../codecs/cuda/runtime.h"
+#include "../codecs/lossless.h"
 #include "engine.h"
 
 namespace mpicomp {
@@ -57,7 +58,7 @@ struct CudaEngine final : Engine {
   }
   void decode(Spec s, DType t, const uint8_t* w, size_t n, float scale, void* y) override {
     if (!is_lossless(s.id)) return cuda::decode(s, t, upload(s, t, w, n), n, scale, y, stream);
-    if (scale != 1.f) throw Error(ErrorKind::argument, "a lossless codec restores bytes: it cannot scale them");
+    require_unscaled(scale);
     restore(s, t, w, n, y);
   }
   void decode_accumulate(Spec s, DType t, const uint8_t* w, size_t n, float* acc) override {

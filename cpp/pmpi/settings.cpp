@@ -13,7 +13,9 @@ bool parse_spec(const std::string& text, Spec& spec, std::string& why) {
   for (int i = 0; i < kHostCodecs; ++i)  // host buffers: not the GPU-only codecs
     if (name == codec_name(CodecId(i))) id = i;
   if (id < 0) {
-    why = "unknown codec '" + name + "' (codecs: none, fp16, bf16, int8, int4, sign, lz4, or off)";
+    why = "unknown codec '" + name + "' (codecs: ";
+    for (int i = 0; i < kHostCodecs; ++i) why += std::string(codec_name(CodecId(i))) + ", ";
+    why += "or off)";
     return false;
   }
   spec = Spec{CodecId(id), 256};
