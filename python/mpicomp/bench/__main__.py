@@ -4,6 +4,7 @@
     mpiexec -n 2 mpicomp-bench allreduce -m 1K:64M --codec none,int8,int4 --compare mpi,gloo -c
     mpiexec -n 2 mpicomp-bench allgather ... / reduce_scatter ...
     mpiexec -n 2 mpicomp-bench pt2pt -m 1K:16M --codec none,int8 --compare mpi
+    mpiexec -n 2 mpicomp-bench allreduce -m 64K:16M --codec none,int8 --compare mpi -c --table wide
     mpicomp-bench plot results.json [more.json ...] -o fig.png
     mpicomp-bench summary results.json [...] [--sizes 1M,64M | --crossover]
 """
@@ -12,7 +13,7 @@ import sys
 
 from mpi4py import MPI
 
-from .options import add_common, add_data, codec_list
+from .options import COLLECTIVE_PEERS, PT2PT_PEERS, add_common, add_data, codec_list
 
 
 class _Parser(argparse.ArgumentParser):
@@ -30,32 +31,35 @@ def parser():
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name in ("allreduce", "reduce_scatter", "allgather"):
         s = sub.add_parser(name, help=f"latency of {name} per codec (under mpiexec)")
-        add_common(s)
-        s.add_argument("--compare", default="", metavar="mpi,gloo",
-                       help="also time the MPI library's own collective and/or torch gloo's")
+        add_common(s, COLLECTIVE_PEERS)
     s = sub.add_parser("pt2pt", help="compressed send/recv latency and bandwidth, ranks 0 and 1 (under mpiexec)")
-    add_common(s)
-    s.add_argument("--compare", default="", metavar="mpi", help="also time the MPI library's own Send/Recv")
+    add_common(s, PT2PT_PEERS)
     g = sub.add_parser("plot", help="latency and speed-up plots from --json results (matplotlib)")
-    g.add_argument("results", nargs="+", metavar="RESULTS.json")
-    g.add_argument("-o", "--output", required=True, metavar="FIG.png")
+    g.add_argument("results", nargs="+", metavar="RESULTS.json", help="files written by --json")
+    g.add_argument("-o", "--output", required=True, metavar="FIG.png", help="the figure to write")
     t = sub.add_parser("summary", help="Markdown tables of speed-ups (or crossover sizes) from --json results")
-    t.add_argument("results", nargs="+", metavar="RESULTS.json")
+    t.add_argument("results", nargs="+", metavar="RESULTS.json", help="files written by --json")
     t.add_argument("--sizes", default="1M,16M,64M", help="sizes to tabulate (default 1M,16M,64M)")
     t.add_argument("--crossover", action="store_true",
                    help="instead: per codec, the size from which it beats codec none at every larger size")
     c = sub.add_parser("codecs", help="codec throughput on one core vs memcpy (one process)")
-    c.add_argument("--codec", dest="codecs", type=codec_list, default=None, metavar="SPEC[,SPEC...]")
+    c.add_argument("--codec", dest="codecs", type=codec_list, default=None, metavar="SPEC[,SPEC...]",
+                   help="codecs to measure (default: every codec of this build)")
     c.add_argument("-n", "--elements", type=int, default=16 << 20, help="float32 elements (default 16 Mi)")
     c.add_argument("-r", "--repeats", type=int, default=5, help="best of this many runs")
     c.add_argument("--all-targets", action="store_true", help="every SIMD target this CPU supports")
     add_data(c)
-    c.add_argument("--json", metavar="PATH")
+    c.add_argument("--json", metavar="PATH", help="also write the records as JSON")
     return p
 
 
 def main(argv=None):
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    if getattr(args, "table", None) == "wide":
+        # A wide row is printed when its size is measured: gloo's pass comes after all sizes.
+        if "mpi" not in args.compare or "gloo" in args.compare:
+            p.error("--table wide shows speed-ups over the MPI library: it needs --compare mpi (and takes no gloo)")
     if args.command in ("codecs", "pt2pt", "plot", "summary"):
         import importlib
 

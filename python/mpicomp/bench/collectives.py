@@ -19,7 +19,7 @@ from mpi4py import MPI
 
 from .. import allgather, allreduce, config, reduce_scatter
 from . import inputs, report
-from .options import iterations
+from .options import COLLECTIVE_PEERS, iterations, iterations_note
 
 
 class Op:
@@ -81,52 +81,51 @@ def _gloo(comm):
 
 
 def _peer(name, op, x, y, comm, cache):
-    """The call of a peer implementation, or None if it has no such collective."""
+    """The call of a peer implementation."""
     if name == "mpi":
         return lambda: op.run_mpi(x, y, comm)
-    if name == "gloo" and op.gloo:
-        import torch
+    import torch
 
-        dist = cache.get("gloo") or cache.setdefault("gloo", _gloo(comm))
-        tx = torch.from_numpy(x.copy())
-        if op.gloo == "all_reduce":
-            return lambda: dist.all_reduce(tx)
-        outs = [torch.empty_like(tx) for _ in range(comm.size)]
-        return lambda: dist.all_gather(outs, tx)
-    return None
+    dist = cache.get("gloo") or cache.setdefault("gloo", _gloo(comm))
+    tx = torch.from_numpy(x.copy())
+    if op.gloo == "all_reduce":
+        return lambda: dist.all_reduce(tx)
+    outs = [torch.empty_like(tx) for _ in range(comm.size)]
+    return lambda: dist.all_gather(outs, tx)
 
 
 def run(args, comm=MPI.COMM_WORLD):
     op = OPS[args.command]
     p, rank = comm.size, comm.rank
-    # A benchmark of codecs compresses on ranks of one node too, unless told otherwise.
-    if "MPICOMP_COMPRESS_LOCAL" not in os.environ:
-        config.compress_local = 1
+    if args.device != "cpu":
+        raise SystemExit("mpicomp-bench: --device cuda: this build has no CUDA support")
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
     skip_local = not config.compress_local and node.Get_size() == p
     node.Free()
-    compare = [c for c in args.compare.split(",") if c] if args.compare else []
-    if args.device != "cpu":
-        raise SystemExit("mpicomp-bench: --device cuda: this build has no CUDA support")
+    notes = [f"sizes: bytes of float32 input per rank; {iterations_note(args)}, best of "
+             f"{args.rounds} rounds; compression below {config.min_bytes} bytes: off (mpicomp.config.min_bytes)"
+             + ("; ranks of one node: uncompressed (MPICOMP_COMPRESS_LOCAL=0)" if skip_local else "")]
+    compare = list(args.compare)
+    if "gloo" in compare and not op.gloo:
+        compare.remove("gloo")
+        notes.append(f"--compare gloo: left out, torch's gloo has no {op.name} on CPU")
     # gloo runs in a pass of its own, after the others: its threads keep cores busy for a
     # while after each call, which would slow whatever is timed next.
     passes = [[("peer", c) for c in compare if c != "gloo"] + [("mpicomp", c) for c in args.codecs]]
     if "gloo" in compare:
         passes.append([("peer", "gloo")])
-    progress = report.Progress(sum(len(ps) for ps in passes) * len(args.sizes), rank == 0 and not args.quiet)
-    results, failures, cache = {}, 0, {}
+    out = report.Report(args, comm, op.name, notes, {c: COLLECTIVE_PEERS[c] for c in compare})
+    failures, cache = 0, {}
     for impls in passes:
-        for nbytes in args.sizes:
+        names = ", ".join(what if kind == "peer" else what.spec for kind, what in impls)
+        for index, nbytes in enumerate(args.sizes):
             n = max(p, nbytes // 4 // p * p) if op.name == "reduce_scatter" else max(1, nbytes // 4)
             x = inputs.make(args.data, n, 1234 + rank)
             y = np.empty(op.out_len(n, p), np.float32)
             iters, warmup = iterations(args, nbytes)
-            calls = {}
-            for kind, what in impls:
-                fn = _peer(what, op, x, y, comm, cache) if kind == "peer" else (lambda c=what: op.run(x, y, c, comm))
-                if fn is not None:
-                    calls[(kind, what)] = fn
-                progress.step(f"{what if kind == 'peer' else what.spec} {nbytes}")
+            out.measuring(nbytes, index, f"{names}; rounds: {args.rounds}, iterations: {iters}")
+            calls = {(kind, what): _peer(what, op, x, y, comm, cache) if kind == "peer"
+                     else (lambda c=what: op.run(x, y, c, comm)) for kind, what in impls}
             # Side by side: every implementation once per round, the best round kept.
             best = {}
             for _ in range(args.rounds):
@@ -138,6 +137,7 @@ def run(args, comm=MPI.COMM_WORLD):
             if args.validation and any(k == "mpicomp" for k, _ in calls):
                 xs = [a.astype(np.float64) for a in comm.allgather(x)]
                 exact = op.exact(xs, rank, p)
+            records = []
             for (kind, what), (avg, lo, hi) in best.items():
                 rec = dict(op=op.name, impl=what if kind == "peer" else "mpicomp",
                            codec="none" if kind == "peer" else what.spec, size=nbytes, np=p, device=args.device, link=report.link(),
@@ -155,10 +155,6 @@ def run(args, comm=MPI.COMM_WORLD):
                         rec["max_rel_error"] = float(diff.max() / max(np.abs(exact).max(), 1e-30))
                         bound = _bound(op, xs, exact, c, comm) if compressed else 1e-5 * np.abs(exact) + 1e-6
                         failures += comm.allreduce(int(np.count_nonzero(~(diff <= bound))))
-                results[(rec["impl"], rec["codec"], nbytes)] = rec
-    records = sorted(results.values(), key=lambda r: (r["impl"] != "mpi", r["impl"] != "gloo", r["codec"], r["size"]))
-    notes = [f"sizes: bytes of float32 input per rank; iterations: {args.iterations or 'OSU defaults'}, best of "
-             f"{args.rounds} rounds; compression below {config.min_bytes} bytes: off (mpicomp.config.min_bytes)"
-             + ("; ranks of one node: uncompressed (MPICOMP_COMPRESS_LOCAL=0)" if skip_local else "")]
-    labels = {"mpi": "the MPI library's own, through mpi4py", "gloo": "torch.distributed, gloo backend"}
-    return report.finish(args, comm, op.name, notes, records, failures, labels)
+                records.append(rec)
+            out.rows(records)
+    return out.finish(failures)

@@ -4,6 +4,10 @@ import re
 
 from . import inputs
 
+# --compare's choices: what mpicomp is timed beside.
+COLLECTIVE_PEERS = {"mpi": "the MPI library's own collective, through mpi4py", "gloo": "torch.distributed's gloo"}
+PT2PT_PEERS = {"mpi": "the MPI library's own Send/Recv, through mpi4py"}
+
 _SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
@@ -15,13 +19,27 @@ def size(text):
     return int(m.group(1)) * _SUFFIX[m.group(2).upper()]
 
 
+def fmt_size(n):
+    """65536 -> '64K': a size as -m takes it."""
+    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale}{unit}"
+    return str(n)
+
+
+class Sizes(list):
+    """The sizes of -m, and `note`: what was made of bounds that are not powers of two."""
+
+    note = None
+
+
 def size_range(text):
     """'-m MIN:MAX' (or just MAX) -> the powers of two from MIN to MAX, in bytes."""
     lo, _, hi = text.partition(":") if ":" in text else ("4", "", text)
     lo, hi = size(lo), size(hi)
     if lo > hi:
         raise argparse.ArgumentTypeError(f"bad size range {text!r}: MIN is larger than MAX")
-    sizes, s = [], 1
+    sizes, s = Sizes(), 1
     while s < lo:
         s *= 2
     while s <= hi:
@@ -29,7 +47,23 @@ def size_range(text):
         s *= 2
     if not sizes:
         raise argparse.ArgumentTypeError(f"no power of two in {text!r}")
+    if (sizes[0], sizes[-1]) != (lo, hi):
+        sizes.note = (f"-m {text}: sizes are powers of two, so the sizes used are "
+                      f"{fmt_size(sizes[0])} to {fmt_size(sizes[-1])}")
     return sizes
+
+
+def peer_list(allowed):
+    """--compare's type: a comma-separated list of peers among `allowed`."""
+
+    def parse(text):
+        peers = [c for c in text.split(",") if c]
+        unknown = [c for c in peers if c not in allowed]
+        if unknown:
+            raise argparse.ArgumentTypeError(f"unknown peer {unknown[0]!r} (choose from {', '.join(allowed)})")
+        return peers
+
+    return parse
 
 
 def codec_list(text):
@@ -43,11 +77,15 @@ def codec_list(text):
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def add_common(p, sizes="1K:16M"):
+def add_common(p, peers, sizes="1K:16M"):
     p.add_argument("-m", "--message-size", dest="sizes", type=size_range, default=size_range(sizes),
                    metavar="MIN:MAX", help=f"bytes of float32 input, powers of two (K/M/G suffixes; default {sizes})")
-    p.add_argument("-i", "--iterations", type=int, default=None, metavar="ITER",
-                   help="timed iterations per size (default: 1000 below 1 MiB, fewer above)")
+    it = p.add_mutually_exclusive_group()
+    it.add_argument("-i", "--iterations", type=int, default=None, metavar="ITER",
+                    help="timed iterations per size (default: 1000 below 1 MiB, fewer above)")
+    it.add_argument("--volume", type=size, default=None, metavar="BYTES",
+                    help="instead of -i: per size, as many timed iterations as move BYTES of input (5 to 1000); "
+                         "on a shaped link, enough to drain its token bucket")
     p.add_argument("-x", "--warmup", type=int, default=None, metavar="WARMUP", help="untimed iterations (default: ITER/10)")
     p.add_argument("--rounds", type=int, default=3,
                    help="time every implementation this many times, interleaved, and keep the best (default 3)")
@@ -56,10 +94,24 @@ def add_common(p, sizes="1K:16M"):
                    help="check results against an exact float64 reduction; exit 1 if one exceeds the codec's bound")
     p.add_argument("--codec", dest="codecs", type=codec_list, default=codec_list("none,int8"),
                    metavar="SPEC[,SPEC...]", help="codecs to measure (default none,int8)")
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="where the data lives (cuda needs a build with CUDA support)")
     add_data(p)
+    p.add_argument("--compare", type=peer_list(peers), default=[], metavar=",".join(peers),
+                   help=f"also time {' and/or '.join(peers.values())}, same ranks, sizes and data")
+    p.add_argument("--table", choices=("long", "wide"), default="long",
+                   help="long: OSU's columns, a row per size and implementation; wide: a row per size, "
+                        "a column per codec with its speed-up over the MPI library (and error with -c); "
+                        "needs --compare mpi")
     p.add_argument("--json", metavar="PATH", help="also write the records as JSON")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+
+
+def iterations_note(args):
+    """How iteration counts were chosen, for the header."""
+    if args.volume:
+        return f"iterations: as many as move {fmt_size(args.volume)} per size (5 to 1000)"
+    return f"iterations: {args.iterations or 'OSU defaults'}"
 
 
 def add_data(p):
@@ -69,5 +121,10 @@ def add_data(p):
 
 def iterations(args, nbytes):
     """OSU's defaults: many iterations for small messages, fewer for large ones."""
-    it = args.iterations or (1000 if nbytes < (1 << 20) else max(5, (100 << 20) // nbytes))
+    if args.iterations:
+        it = args.iterations
+    elif args.volume:
+        it = min(1000, max(5, args.volume // nbytes))
+    else:
+        it = 1000 if nbytes < (1 << 20) else max(5, (100 << 20) // nbytes)
     return it, args.warmup if args.warmup is not None else max(1, it // 10)

@@ -17,7 +17,7 @@ from mpi4py import MPI
 
 from .. import config, recv, send
 from . import inputs, report
-from .options import iterations
+from .options import PT2PT_PEERS, iterations
 
 WINDOW = 16  # messages in flight per bandwidth iteration (OSU's default window is 64)
 _TAG, _ACK = 11, 12
@@ -67,17 +67,19 @@ def run(args, comm=MPI.COMM_WORLD):
         return 2
     if args.device != "cpu":
         raise SystemExit("mpicomp-bench: --device cuda: this build has no CUDA support")
-    compare = [c for c in args.compare.split(",") if c]
-    if set(compare) - {"mpi"}:
-        raise SystemExit(f"mpicomp-bench pt2pt: --compare takes only 'mpi' here, got {args.compare!r}")
-    impls = [("peer", "mpi") for _ in compare] + [("mpicomp", c) for c in args.codecs]
-    progress = report.Progress(len(impls) * len(args.sizes), rank == 0 and not args.quiet)
-    records, failures = [], 0
-    for nbytes in args.sizes:
+    impls = [("peer", c) for c in args.compare] + [("mpicomp", c) for c in args.codecs]
+    notes = [f"ranks 0 and 1; latency: ping-pong / 2; bandwidth: windows of {WINDOW} messages (MB/s of float32 "
+             f"input); best of {args.rounds} rounds; compression below {config.min_bytes} bytes: off"]
+    out = report.Report(args, comm, "pt2pt", notes, {c: PT2PT_PEERS[c] for c in args.compare},
+                        extra=[("Bandwidth (MB/s)", 18, ".2f", "bandwidth_mbps")])
+    names = ", ".join(what if kind == "peer" else what.spec for kind, what in impls)
+    failures = 0
+    for index, nbytes in enumerate(args.sizes):
         n = max(1, nbytes // 4)
         x = inputs.make(args.data, n, 99)
         y = np.empty_like(x)
         iters, warmup = iterations(args, nbytes)
+        out.measuring(nbytes, index, f"{names}; rounds: {args.rounds}, iterations: {iters}")
         best = {}
         for _ in range(args.rounds):
             for kind, what in impls:
@@ -90,7 +92,7 @@ def run(args, comm=MPI.COMM_WORLD):
                 key = (kind, what.spec if kind == "mpicomp" else what)
                 old = best.get(key)
                 best[key] = (min(lat, old[0]), min(per_msg, old[1])) if old else (lat, per_msg)
-                progress.step(f"{key[1]} {nbytes}")
+        records = []
         for kind, what in impls:
             name = what.spec if kind == "mpicomp" else what
             lat, per_msg = best[(kind, name)]
@@ -104,10 +106,8 @@ def run(args, comm=MPI.COMM_WORLD):
                 if args.validation:
                     failures += _validate(what, x, y, comm, compressed, rec)
             records.append(rec)
-    notes = [f"ranks 0 and 1; latency: ping-pong / 2; bandwidth: windows of {WINDOW} messages (MB/s of float32 "
-             f"input); best of {args.rounds} rounds; compression below {config.min_bytes} bytes: off"]
-    return report.finish(args, comm, "pt2pt", notes, records, failures, {"mpi": "the MPI library's Send/Recv"},
-                         extra=[("Bandwidth (MB/s)", 18, ".2f", "bandwidth_mbps")])
+        out.rows(records)
+    return out.finish(failures)
 
 
 def _validate(c, x, y, comm, compressed, rec):

@@ -2,10 +2,12 @@
 import json
 import os
 import sys
+import time
 
 from mpi4py import MPI
 
 from .. import _core, __version__
+from .options import fmt_size
 
 
 def link():
@@ -28,31 +30,16 @@ class Table:
 
     def __init__(self, columns, out=sys.stdout):
         self.columns, self.out = columns, out
-        print("# " + "".join(f"{t:>{w}}" if i else f"{t:<{w - 2}}" for i, (t, w, _) in enumerate(columns)), file=out)
+        print("# " + "".join(f"{t:>{w}}" if i else f"{t:<{w - 2}}" for i, (t, w, _) in enumerate(columns)), file=out,
+              flush=True)
 
     def row(self, *values):
         cells = []
         for i, ((_, w, fmt), v) in enumerate(zip(self.columns, values)):
             text = "-" if v is None else format(v, fmt)
-            cells.append(f"{text:<{w}}" if i == 0 else f"{text:>{w}}")
+            # A cell wider than its column still gets a space before it: rows split on whitespace.
+            cells.append(f"{text:<{w}}" if i == 0 else f"{text:>{w}}" if len(text) < w else " " + text)
         print("".join(cells), file=self.out, flush=True)
-
-
-class Progress:
-    """A progress bar on stderr (rank 0, a terminal, not -q)."""
-
-    def __init__(self, total, enabled):
-        self.total, self.done = total, 0
-        self.enabled = enabled and sys.stderr.isatty()
-
-    def step(self, label=""):
-        self.done += 1
-        if self.enabled:
-            filled = int(30 * self.done / self.total)
-            sys.stderr.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total} {label:<30}")
-            if self.done == self.total:
-                sys.stderr.write("\r" + " " * 72 + "\r")
-            sys.stderr.flush()
 
 
 def write_json(path, records):
@@ -61,35 +48,81 @@ def write_json(path, records):
         f.write("\n")
 
 
-def finish(args, comm, title, notes, records, failures, labels, extra=()):
-    """Speed-ups over the MPI library, then on rank 0 the tables (one per implementation and
-    codec, OSU's columns plus `extra` (title, width, format, record key)) and the JSON file;
-    returns the exit status (1 if -c found elements outside the codec's bound)."""
-    for r in records:
-        mpi = next((p for p in records if p["impl"] == "mpi" and p["size"] == r["size"]), None)
-        r["speedup_vs_mpi"] = mpi["avg_latency_us"] / r["avg_latency_us"] if mpi else None
-    if comm.rank == 0:
-        print(header(title, args, comm, notes))
-        groups = {}
-        for r in records:
-            groups.setdefault((r["impl"], r["codec"]), []).append(r)
-        for (impl, codec_name), rows in groups.items():
-            print(f"\n# {impl}" + (f" codec {codec_name}" if impl == "mpicomp" else f" ({labels[impl]})"))
-            cols = [("Size", 12, "d", "size"), ("Avg Latency(us)", 18, ".2f", "avg_latency_us")]
+class Report:
+    """What rank 0 prints while a benchmark runs: the '#' header at once, the rows of each size
+    as soon as it is measured (flushed, so a pipe sees them), and on stderr a line per size once
+    the run has taken a while; at the end the JSON file and the validation verdict.
+
+    --table long: OSU's columns (`extra` (title, width, format, record key) before Ratio), then
+    the implementation and codec, one row per size and implementation. --table wide: one row
+    per size, a column per codec with its speed-up over the MPI library and, with -c, its error.
+    """
+
+    PROGRESS_AFTER_S = 2.0  # short runs (tests, small sizes) print no progress lines
+
+    def __init__(self, args, comm, title, notes, peers, extra=()):
+        """peers: name -> description of the implementations compared with."""
+        self.args, self.comm, self.records = args, comm, []
+        self.rank0 = comm.rank == 0
+        self.start = time.perf_counter()
+        if args.table == "wide":
+            self.cols = [("Size", 10, "s"), ("MPI(ms)", 12, ".3f")] + [(c.spec, 18, "s") for c in args.codecs]
+            notes = notes + [f"cells: speed-up over {peers['mpi']} (its latency / mpicomp's, same run; above 1: "
+                             f"mpicomp is faster)" + (", then the largest error relative to the largest exact "
+                                                      "value" if args.validation else "")]
+        else:
+            self.cols = [("Size", 12, "d", "size"), ("Avg Latency(us)", 18, ".2f", "avg_latency_us")]
             if args.full:
-                cols += [("Min Latency(us)", 18, ".2f", "min_latency_us"), ("Max Latency(us)", 18, ".2f", "max_latency_us"),
-                         ("Iterations", 12, "d", "iterations")]
-            cols += list(extra) + [("Ratio", 8, ".2f", "ratio")]
+                self.cols += [("Min Latency(us)", 18, ".2f", "min_latency_us"),
+                              ("Max Latency(us)", 18, ".2f", "max_latency_us"), ("Iterations", 12, "d", "iterations")]
+            self.cols += list(extra) + [("Ratio", 8, ".2f", "ratio")]
             if args.validation:
-                cols += [("MaxRelErr", 11, ".2e", "max_rel_error")]
-            cols += [("Speedup(mpi)", 14, ".3f", "speedup_vs_mpi")]
-            t = Table([c[:3] for c in cols])
-            for r in rows:
-                t.row(*(r[c[3]] for c in cols))
-        if args.json:
-            write_json(args.json, records)
-    if failures:
-        if comm.rank == 0:
-            print(f"# VALIDATION FAILED: {failures} elements outside the codec's error bound")
-        return 1
-    return 0
+                self.cols += [("MaxRelErr", 11, ".2e", "max_rel_error")]
+            self.cols += [("Speedup(mpi)", 14, ".3f", "speedup_vs_mpi"), ("Impl", 9, "s", "impl"),
+                          ("Codec", 8, "s", "codec")]
+            notes = notes + [f"{name}: {label}" for name, label in peers.items()]
+        if self.rank0:
+            if args.sizes.note:
+                notes = notes + [args.sizes.note]
+            print(header(title, args, comm, notes), flush=True)
+            self.table = Table([c[:3] for c in self.cols])
+
+    def measuring(self, nbytes, index, what):
+        """Says on stderr which size comes next, once the run is long enough to wonder."""
+        elapsed = time.perf_counter() - self.start
+        if self.rank0 and not self.args.quiet and elapsed >= self.PROGRESS_AFTER_S:
+            print(f"# {fmt_size(nbytes)} ({index + 1}/{len(self.args.sizes)}): {what}; {elapsed:.0f} s so far",
+                  file=sys.stderr, flush=True)
+
+    def rows(self, records):
+        """Adds the records of one size (all measured in the same pass) and prints them."""
+        self.records += records
+        for r in records:
+            mpi = next((p for p in self.records if p["impl"] == "mpi" and p["size"] == r["size"]), None)
+            r["speedup_vs_mpi"] = mpi["avg_latency_us"] / r["avg_latency_us"] if mpi else None
+        if not self.rank0:
+            return
+        if self.args.table == "long":
+            for r in records:
+                self.table.row(*(r[c[3]] for c in self.cols))
+            return
+        cells = {r["codec"]: r for r in records if r["impl"] == "mpicomp"}
+        mpi = next(r for r in records if r["impl"] == "mpi")
+        self.table.row(fmt_size(mpi["size"]), mpi["avg_latency_us"] / 1e3,
+                       *(self._cell(cells[c.spec]) for c in self.args.codecs))
+
+    def _cell(self, r):
+        cell = f"{r['speedup_vs_mpi']:.2f}x"
+        if self.args.validation:
+            cell += " exact" if r["max_rel_error"] == 0 else f" {r['max_rel_error']:.1e}"
+        return cell
+
+    def finish(self, failures):
+        """Writes --json on rank 0; the exit status: 1 if -c found elements outside a codec's bound."""
+        if self.rank0 and self.args.json:
+            write_json(self.args.json, self.records)
+        if failures:
+            if self.rank0:
+                print(f"# VALIDATION FAILED: {failures} elements outside the codec's error bound")
+            return 1
+        return 0

@@ -7,7 +7,7 @@ results, as the README shows them.
   which the codec is faster than mpicomp's codec none at that size and at every larger one:
   below it compression does not pay on that link (how config.min_bytes was chosen).
 """
-from .options import size
+from .options import fmt_size, size
 from .plot import load
 
 
@@ -16,13 +16,6 @@ def _groups(records):
     for r in records:
         groups.setdefault((r["op"], r.get("link", ""), r["np"]), []).append(r)
     return groups
-
-
-def _fmt_size(n):
-    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
-        if n >= scale and n % scale == 0:
-            return f"{n // scale}{unit}"
-    return str(n)
 
 
 def speedups(records, sizes):
@@ -39,7 +32,7 @@ def speedups(records, sizes):
                 continue
             cells = [f"{mpi / at[(p, 'none', s)]:.2f}" if (p, "none", s) in at else "-" for p in peers]
             cells += [f"{mpi / at[('mpicomp', c, s)]:.2f}" if ("mpicomp", c, s) in at else "-" for c in codecs]
-            lines.append(f"| {op} | {link} | {np_} | {_fmt_size(s)} | {mpi / 1e3:.3f} | " + " | ".join(cells) + " |")
+            lines.append(f"| {op} | {link} | {np_} | {fmt_size(s)} | {mpi / 1e3:.3f} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -55,7 +48,7 @@ def crossover(records):
                 if lat[s] >= base[s]:
                     break
                 pays = s
-            lines.append(f"| {op} | {link} | {np_} | {c} | {_fmt_size(pays) if pays else 'never'} |")
+            lines.append(f"| {op} | {link} | {np_} | {c} | {fmt_size(pays) if pays else 'never'} |")
     return "\n".join(lines)
 
 
