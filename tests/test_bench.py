@@ -3,11 +3,14 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 MPIEXEC = str(Path(sys.executable).parent / "mpiexec")
+BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 
 def bench(*args, n=None, env=None, timeout=180):
@@ -23,6 +26,10 @@ def bench(*args, n=None, env=None, timeout=180):
     (["allreduce", "--codec", "int9"], "unknown codec 'int9'"),
     (["allgather", "--codec", "int8:block=7"], "block must be a multiple of 32"),
     (["nosuch"], "invalid choice"),
+    (["allreduce", "--compare", "mpi,nccl"], "unknown peer 'nccl'"),
+    (["pt2pt", "--compare", "gloo"], "unknown peer 'gloo'"),
+    (["allreduce", "--table", "wide"], "--table wide shows speed-ups over the MPI library: it needs --compare mpi"),
+    (["allreduce", "-i", "5", "--volume", "1M"], "not allowed with argument"),
 ])
 def test_bad_arguments_exit_2_with_a_message(args, needle):
     r = bench(*args)
@@ -51,9 +58,13 @@ def test_end_to_end_osu_table_and_json_schema(tmp_path, op):
               "--compare", "mpi", "--json", str(out), n=2)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     lines = r.stdout.splitlines()
-    assert any(l.startswith("# Size") and "Avg Latency(us)" in l and "Min Latency(us)" in l for l in lines)
+    assert any(l.split()[1:3] == ["Size", "Avg"] and "Min Latency(us)" in l and l.endswith("Impl   Codec")
+               for l in lines)
     rows = [l.split() for l in lines if l and l[0].isdigit()]
-    assert len(rows) == 3 * 8 and all(len(x) == 8 for x in rows)  # mpi, none, int4 x 1K..128K
+    assert len(rows) == 3 * 8 and all(len(x) == 10 for x in rows)  # mpi, none, int4 x 1K..128K
+    # In the order measured: each size's implementations side by side, sizes ascending.
+    assert [(int(x[0]), x[8], x[9]) for x in rows[:4]] == [
+        (1024, "mpi", "none"), (1024, "mpicomp", "none"), (1024, "mpicomp", "int4"), (2048, "mpi", "none")]
     recs = json.loads(out.read_text())
     keys = {"op", "codec", "size", "np", "device", "avg_latency_us", "min_latency_us", "max_latency_us",
             "iterations", "ratio", "max_rel_error", "impl"}
@@ -73,7 +84,7 @@ def test_pt2pt_table_json_and_validation(tmp_path):
     r = bench("pt2pt", "-m", "1K:128K", "-i", "4", "--rounds", "1", "-c", "--codec", "none,int8", "--compare", "mpi",
               "--json", str(out), n=2)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    assert "Bandwidth (MB/s)" in r.stdout and "# mpi (the MPI library's Send/Recv)" in r.stdout
+    assert "Bandwidth (MB/s)" in r.stdout and "# mpi: the MPI library's own Send/Recv, through mpi4py" in r.stdout
     recs = json.loads(out.read_text())
     assert {(x["impl"], x["codec"]) for x in recs} == {("mpi", "none"), ("mpicomp", "none"), ("mpicomp", "int8")}
     assert len(recs) == 3 * 8 and all(x["bandwidth_mbps"] > 0 and x["link"] == "local" for x in recs)
@@ -119,3 +130,92 @@ def test_summary_tables_speedups_and_crossover(tmp_path):
     assert "| allreduce | 1gbit | 2 | 1M | 16.000 | 2.00 | 1.00 | 4.00 |" in r.stdout
     r = bench("summary", str(tmp_path / "r.json"), "--crossover")
     assert "| allreduce | 1gbit | 2 | int8 | 4K |" in r.stdout  # faster from 4K on, slower at 1K
+
+
+def _timed_lines(proc, out):
+    """Collects (seconds since start, line) of proc's stdout as they arrive."""
+    t0 = time.monotonic()
+    for line in proc.stdout:
+        out.append((time.monotonic() - t0, line.rstrip("\n")))
+
+
+def test_header_and_rows_arrive_as_measured_through_a_pipe():
+    """Under mpiexec, stdout a pipe: the header comes before the first measurement ends, each
+    size's rows when it is measured, and a progress line per size on stderr once the run is
+    long. 8M then 16M, 60 iterations: each size takes seconds here."""
+    proc = subprocess.Popen([MPIEXEC, "-n", "2", sys.executable, "-m", "mpicomp.bench", "allreduce", "-m", "8M:16M",
+                             "-i", "60", "-x", "1", "--rounds", "1", "--codec", "int8", "--compare", "mpi"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = []
+    reader = threading.Thread(target=_timed_lines, args=(proc, lines))
+    reader.start()
+    try:
+        proc.wait(timeout=120)  # stderr's few lines fit in the pipe
+    finally:
+        proc.kill()
+        reader.join()
+    err = proc.stderr.read()
+    assert proc.returncode == 0, err
+    assert lines[0][1].startswith("# mpicomp-bench allreduce")
+    rows = [(t, l.split()) for t, l in lines if l[:1].isdigit()]
+    assert [r[0] for _, r in rows] == ["8388608", "8388608", "16777216", "16777216"]
+    header_at, first_row_at, last_row_at = lines[0][0], rows[0][0], rows[-1][0]
+    assert first_row_at - header_at > 0.25, lines  # all at once when printed at the end
+    assert last_row_at - first_row_at > 0.25, lines
+    if first_row_at - header_at > 1.5:  # long enough: the 16M size is announced
+        assert "# 16M (2/2): mpi, int8; rounds: 1, iterations: 60;" in err, err
+
+
+def test_notes_for_what_was_left_out_or_rounded():
+    r = bench("reduce_scatter", "-m", "3K:5K", "-i", "2", "--rounds", "1", "--codec", "none", "--compare", "mpi,gloo",
+              n=2)
+    assert r.returncode == 0, r.stderr
+    assert "# --compare gloo: left out, torch's gloo has no reduce_scatter on CPU" in r.stdout
+    assert "# -m 3K:5K: sizes are powers of two, so the sizes used are 4K to 4K" in r.stdout
+    assert {x.split()[-2] for x in r.stdout.splitlines() if x[:1].isdigit()} == {"mpi", "mpicomp"}
+    r = bench("allreduce", "-m", "4K:8K", "-i", "2", "--rounds", "1", "--codec", "none", n=2)
+    assert r.returncode == 0 and "sizes are powers of two" not in r.stdout
+
+
+def _options_without_help(help_text):
+    """Options in an argparse --help whose entry has no description."""
+    lines = [l for l in help_text.splitlines() if l.startswith("  ")]
+    bare = []
+    for i, line in enumerate(lines):
+        entry = line.strip()
+        if line.startswith("  -") and "  " not in entry:  # no description on the option's line
+            nxt = lines[i + 1] if i + 1 < len(lines) else ""
+            if not nxt.startswith(" " * 8) or nxt.lstrip().startswith("-"):
+                bare.append(entry)
+    return bare
+
+
+@pytest.mark.parametrize("cmd", [[sys.executable, "-m", "mpicomp.bench", c] for c in
+                                 ("allreduce", "reduce_scatter", "allgather", "pt2pt", "plot", "summary", "codecs")]
+                         + [[sys.executable, str(BENCH / t)] for t in ("sweep", "netem", "demo")],
+                         ids=lambda c: c[-1].rsplit("/", 1)[-1])
+def test_every_option_has_help_text(cmd):
+    r = subprocess.run([*cmd, "--help"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "options:" in r.stdout, r.stderr
+    assert _options_without_help(r.stdout) == []
+    assert _options_without_help("  -q, --quiet\n  --json PATH  write") == ["-q, --quiet"]  # the check can fail
+
+
+def test_demo_falls_back_to_shared_memory_and_says_why():
+    """Without `ip` on PATH bench/netem cannot build the link (as without root): the demo says
+    so, then prints its one table: a row per size, a column per codec in the order given, each
+    cell the speed-up over MPI and the error."""
+    r = subprocess.run([sys.executable, str(BENCH / "demo"), "-m", "64K:128K", "--volume", "64K", "--rounds", "1"],
+                       capture_output=True, text=True, timeout=120, env={**os.environ, "PATH": str(Path(MPIEXEC).parent)})
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("# demo: on shared memory, not an emulated 1gbit/s link: netem: needs")
+    assert "sudo make demo" in lines[1]
+    head = next(l for l in lines if l.startswith("# Size"))
+    assert head.split()[1:] == ["Size", "MPI(ms)", "none", "bf16", "int8", "int4", "sign"]
+    rows = [l.split() for l in lines if l[:1].isdigit()]
+    assert [x[0] for x in rows] == ["64K", "128K"] and all(len(x) == 2 + 2 * 5 for x in rows)
+    for x in rows:
+        speedups, errors = x[2::2], [float(e) for e in x[3::2]]
+        assert all(s.endswith("x") and float(s[:-1]) > 0 for s in speedups)
+        assert errors[0] < 1e-6 and 1e-4 < errors[2] < 0.02 and errors[4] > 0.1  # none, int8, sign

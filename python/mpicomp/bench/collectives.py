@@ -100,11 +100,11 @@ def run(args, comm=MPI.COMM_WORLD):
     if args.device != "cpu":
         raise SystemExit("mpicomp-bench: --device cuda: this build has no CUDA support")
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
-    skip_local = not config.compress_local and node.Get_size() == p
+    skip_local = config.skip_local and node.Get_size() == p
     node.Free()
     notes = [f"sizes: bytes of float32 input per rank; {iterations_note(args)}, best of "
              f"{args.rounds} rounds; compression below {config.min_bytes} bytes: off (mpicomp.config.min_bytes)"
-             + ("; ranks of one node: uncompressed (MPICOMP_COMPRESS_LOCAL=0)" if skip_local else "")]
+             + ("; ranks of one node: uncompressed (config.skip_local, MPICOMP_SKIP_LOCAL=1)" if skip_local else "")]
     compare = list(args.compare)
     if "gloo" in compare and not op.gloo:
         compare.remove("gloo")

@@ -58,7 +58,7 @@ class Report:
     per size, a column per codec with its speed-up over the MPI library and, with -c, its error.
     """
 
-    PROGRESS_AFTER_S = 2.0  # short runs (tests, small sizes) print no progress lines
+    PROGRESS_AFTER_S = 1.0  # short runs (tests, small sizes) print no progress lines
 
     def __init__(self, args, comm, title, notes, peers, extra=()):
         """peers: name -> description of the implementations compared with."""
