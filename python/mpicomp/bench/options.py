@@ -101,8 +101,8 @@ def add_common(p, peers, sizes="1K:16M"):
                    help=f"also time {' and/or '.join(peers.values())}, same ranks, sizes and data")
     p.add_argument("--table", choices=("long", "wide"), default="long",
                    help="long: OSU's columns, a row per size and implementation; wide: a row per size, "
-                        "a column per codec with its speed-up over the MPI library (and error with -c); "
-                        "needs --compare mpi")
+                        "a column per codec with its speed-up over the MPI library (and error with -c; no -f "
+                        "columns); needs --compare mpi")
     p.add_argument("--json", metavar="PATH", help="also write the records as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
 

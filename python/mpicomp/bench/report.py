@@ -62,7 +62,7 @@ class Report:
 
     def __init__(self, args, comm, title, notes, peers, extra=()):
         """peers: name -> description of the implementations compared with."""
-        self.args, self.comm, self.records = args, comm, []
+        self.args, self.records = args, []
         self.rank0 = comm.rank == 0
         self.start = time.perf_counter()
         if args.table == "wide":
