@@ -14,6 +14,8 @@ from ._sharded import RankFailedError, ShardedOptimizer
 
 __all__ = ["ACCO"]
 
+_BARRIER_GRACE_S = 0.002
+
 
 class ACCO(ShardedOptimizer):
     """ZeRO-1 whose communication runs while the next gradients are computed, with the
@@ -156,6 +158,11 @@ class ACCO(ShardedOptimizer):
         while limit is None or n < limit:
             if ready is None and n >= self.min_micro_batches and (future is None or future.done()):
                 ready = self._meta.Ibarrier()
+                # The last rank to get here would otherwise start one more micro-batch
+                # before the barrier's messages arrive: give them a moment.
+                deadline = time.perf_counter() + _BARRIER_GRACE_S
+                while not ready.Test() and time.perf_counter() < deadline:
+                    pass
             if ready is not None and ready.Test():
                 break
             try:
