@@ -44,7 +44,6 @@ def main():
     p.add_argument("--json")
     a = p.parse_args()
     comm = MPI.COMM_WORLD
-    mpicomp.config.compress_local = 1  # every rank shares one node (and GPU) here
     codecs = a.codec.split(",") if a.codec else LOSSY + [n for n in mpicomp.available_codecs() if n.startswith("nvcomp-")]
     cuda = a.device == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)

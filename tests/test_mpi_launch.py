@@ -1,6 +1,7 @@
 """The multi-rank tests (tests/mpi, tests/torch/mpi, tests/optim/mpi) under a real mpiexec with
 2 and 3 ranks, and the core's (tests/mpi) and the optimizers' (uneven shards) with 4 too,
-each with a timeout so that a hang fails instead of blocking. Three ranks take the agreement's odd-count path, four its power-of-two rounds."""
+each with a timeout so that a hang fails instead of blocking. Three ranks take the agreement's
+odd-count path, four its power-of-two rounds."""
 import os
 import subprocess
 import sys

@@ -15,8 +15,7 @@ SOURCE = Path(__file__).parent / "pmpi" / "check_collectives.c"
 
 
 def mpiexec(n, *cmd, timeout=240, **env):
-    # All ranks share this machine: compress there too, unless a test says otherwise.
-    full = {**os.environ, "LD_PRELOAD": PRELOAD, "MPICOMP_COMPRESS_LOCAL": "1", **env}
+    full = {**os.environ, "LD_PRELOAD": PRELOAD, **env}
     return subprocess.run([str(BIN / "mpiexec"), "-n", str(n), *map(str, cmd)], capture_output=True, text=True,
                           timeout=timeout, env=full)
 
@@ -45,27 +44,73 @@ def test_check_program_detects_a_looser_codec(program):
     assert r.returncode != 0 and "FAIL" in r.stderr
 
 
+def stats_rows(stdout):
+    """The interposer's table at MPI_Finalize: collective -> (calls, compressed, bytes in, bytes
+    on the wire, ratio, time, {reason: uncompressed calls})."""
+    rows = {}
+    for line in stdout.splitlines():
+        f = line.split()
+        if f and f[0] in ("allreduce", "reduce_scatter", "allgather"):
+            reasons = {} if f[7] == "-" else {k: int(v) for k, v in (kv.split("=") for kv in f[7].split(","))}
+            rows[f[0]] = (int(f[1]), int(f[2]), float(f[3]), float(f[4]), float(f[5]), float(f[6]), reasons)
+    return rows
+
+
 def test_stats_table_at_finalize(program):
     r = mpiexec(2, program, "int4", MPICOMP_CODEC="int4", MPICOMP_STATS="1")
     assert r.returncode == 0, r.stderr[-2000:]
-    rows = {line.split()[0]: line.split()[1:] for line in r.stdout.splitlines() if line.strip().startswith("MPI_")}
-    calls, compressed, bytes_in, bytes_sent, _ = rows["MPI_Allreduce"]
-    assert int(compressed) > 0 and int(calls) > int(compressed)  # small and integer calls pass through
-    assert float(bytes_sent) < float(bytes_in) / 3               # int4: ~7.8x smaller per stage
-    assert int(rows["MPI_Reduce_scatter_block"][1]) > 0 and int(rows["MPI_Allgather"][1]) > 0
+    rows = stats_rows(r.stdout)
+    calls, compressed, bytes_in, wire, ratio, _, reasons = rows["allreduce"]
+    assert compressed > 0 and calls > compressed  # small and integer calls pass through...
+    assert calls == compressed + sum(reasons.values()) and {"small", "datatype", "op"} <= set(reasons), reasons
+    assert wire < bytes_in / 3 and ratio > 3      # int4: ~7.8x smaller per stage
+    assert rows["reduce_scatter"][1] > 0 and rows["allgather"][1] > 0
 
 
-def test_node_local_calls_pass_through_by_default(program):
-    """Without MPICOMP_COMPRESS_LOCAL the ranks of one node keep the MPI library's own
-    shared-memory collectives: exact results, nothing compressed."""
-    r = mpiexec(2, program, "off", MPICOMP_CODEC="int4", MPICOMP_STATS="1", MPICOMP_COMPRESS_LOCAL="0")
+def test_stats_under_codec_none_count_nothing_as_compressed(program):
+    """Codec none runs mpicomp's agreement and MPI's own collective: no call is compressed,
+    every one says why, and the wire carries no more bytes than went in (2 ranks)."""
+    r = mpiexec(2, program, "none", MPICOMP_CODEC="none", MPICOMP_STATS="1")
+    assert r.returncode == 0 and "none: 0 failed checks" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
+    for coll, (calls, compressed, bytes_in, wire, ratio, _, reasons) in stats_rows(r.stdout).items():
+        assert calls > 0 and compressed == 0 and reasons.get("none", 0) > 0, (coll, reasons)
+        assert calls == sum(reasons.values()) and 0 < wire <= bytes_in, coll
+
+
+def test_the_named_codec_is_applied_on_one_node(program):
+    """All ranks share this machine: by default MPICOMP_CODEC still compresses there;
+    MPICOMP_SKIP_LOCAL=1 keeps the MPI library's own shared-memory collectives (exact
+    results, every such call counted under "local")."""
+    r = mpiexec(2, program, "int4", MPICOMP_CODEC="int4", MPICOMP_STATS="1")
+    assert all(row[1] > 0 for row in stats_rows(r.stdout).values()), r.stdout[-3000:]
+    r = mpiexec(2, program, "off", MPICOMP_CODEC="int4", MPICOMP_STATS="1", MPICOMP_SKIP_LOCAL="1")
     assert r.returncode == 0 and "off: 0 failed checks" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
-    rows = {line.split()[0]: line.split()[1:] for line in r.stdout.splitlines() if line.strip().startswith("MPI_")}
-    assert int(rows["MPI_Allreduce"][0]) > 0 and all(int(v[1]) == 0 for v in rows.values())
+    rows = stats_rows(r.stdout)
+    assert rows["allreduce"][0] > 0 and all(row[1] == 0 and row[6].get("local", 0) > 0 for row in rows.values())
+
+
+def test_startup_line_says_it_is_loaded(program):
+    r = mpiexec(2, program, "int8", MPICOMP_CODEC="int8", MPICOMP_REDUCE_SCATTER_CODEC="off")
+    lines = [line for line in r.stderr.splitlines() if line.startswith("mpicomp (LD_PRELOAD):")]
+    assert len(lines) == 1, r.stderr[-2000:]  # rank 0 only
+    assert "MPI_Allreduce/MPI_Iallreduce int8" in lines[0] and "MPI_Reduce_scatter_block off" in lines[0]
+
+
+def test_verbose_says_why_a_call_was_not_compressed(program):
+    r = mpiexec(2, program, "int8", MPICOMP_CODEC="int8", MPICOMP_VERBOSE="1")
+    notes = [line for line in r.stderr.splitlines() if line.startswith("mpicomp: allreduce")]
+    assert any("below min_bytes" in n for n in notes) and any("not MPI_SUM" in n for n in notes), r.stderr[-3000:]
+    assert len(notes) == len(set(n.split(":")[2] for n in notes))  # one line per reason
+
+
+def test_the_old_compress_local_variable_is_refused(program):
+    r = mpiexec(2, program, "off", timeout=60, MPICOMP_COMPRESS_LOCAL="1")
+    assert r.returncode != 0 and "MPICOMP_SKIP_LOCAL=1" in r.stderr, r.stderr[-2000:]
 
 
 @pytest.mark.parametrize("var,value", [("MPICOMP_CODEC", "int9"), ("MPICOMP_ALLREDUCE_CODEC", "int8:block=33"),
-                                       ("MPICOMP_MIN_BYTES", "lots"), ("MPICOMP_STATS", "yes")])
+                                       ("MPICOMP_MIN_BYTES", "lots"), ("MPICOMP_STATS", "yes"),
+                                       ("MPICOMP_SKIP_LOCAL", "true")])
 def test_invalid_setting_aborts_naming_the_variable(program, var, value):
     r = mpiexec(2, program, "off", timeout=60, **{var: value})
     assert r.returncode != 0
@@ -100,5 +145,4 @@ def test_mpi4py_large_count_calls_are_compressed():
     errs = [float(v) for v in r.stdout.split("ERR")[1].split()[:3]]
     # int8: within 2 stages of absmax/254 per rank-sum, far from exact but far below 1%.
     assert 0 < errs[0] < 0.01 and 0 < errs[1] < 0.01 and 0 < errs[2] < 0.01
-    rows = {line.split()[0]: line.split()[1:] for line in r.stdout.splitlines() if line.strip().startswith("MPI_")}
-    assert all(int(rows[k][1]) == 1 for k in ("MPI_Allreduce", "MPI_Reduce_scatter_block", "MPI_Allgather"))
+    assert all(row[1] == 1 for row in stats_rows(r.stdout).values())

@@ -10,6 +10,7 @@
 #include "../codecs/lossless.h"
 #include "../coll/coll.h"
 #include "../coll/config.h"
+#include "../coll/stats.h"
 #include "../core/errors.h"
 #include "args.h"
 
@@ -232,9 +233,31 @@ PYBIND11_MODULE(_core, m) {
 
   m.def("get_config", [] {
     Config c = config();
-    return py::make_tuple(c.min_bytes, c.eager_bytes, c.segment_bytes, size_t(c.compress_local));
+    return py::make_tuple(c.min_bytes, c.eager_bytes, c.segment_bytes, size_t(c.skip_local), size_t(c.verbose));
   });
-  m.def("set_config", [](size_t min_bytes, size_t eager_bytes, size_t segment_bytes, size_t compress_local) {
-    set_config(Config{min_bytes, eager_bytes, segment_bytes, compress_local != 0});
+  m.def("set_config", [](size_t min_bytes, size_t eager_bytes, size_t segment_bytes, size_t skip_local,
+                         size_t verbose) {
+    set_config(Config{min_bytes, eager_bytes, segment_bytes, skip_local != 0, verbose != 0});
   });
+
+  // ---- statistics (stats.h) ----
+  m.def("stats", [] {
+    Stats s = stats();
+    py::dict out;
+    for (int i = 1; i < kStatColls; ++i) {
+      const CollStats& c = s.coll[i];
+      py::dict skipped;
+      for (int k = 0; k < kSkips; ++k)
+        if (c.skipped[k] > 0) skipped[skip_name(Skip(k))] = static_cast<long long>(c.skipped[k]);
+      out[coll_name(Coll(i))] = py::dict(py::arg("calls") = static_cast<long long>(c.calls),
+                                         py::arg("compressed") = static_cast<long long>(c.compressed),
+                                         py::arg("bytes_in") = static_cast<long long>(c.bytes_in),
+                                         py::arg("bytes_wire") = static_cast<long long>(c.bytes_wire),
+                                         py::arg("bytes_plain") = static_cast<long long>(c.bytes_plain),
+                                         py::arg("seconds") = c.seconds, py::arg("skipped") = skipped);
+    }
+    return out;
+  });
+  m.def("stats_reset", &stats_reset);
+  m.def("stats_table", [](const std::string& title) { return stats_table(stats(), title); });
 }

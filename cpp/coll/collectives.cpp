@@ -1,10 +1,14 @@
+#include <chrono>
 #include <cstring>
+#include <exception>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "coll.h"
 #include "config.h"
 #include "stages.h"
+#include "stats.h"
 
 namespace mpicomp {
 namespace {
@@ -14,8 +18,10 @@ Config g_config;
 
 Engine& engine_of(const CollArgs& a) { return a.engine ? *a.engine : cpu_engine(); }
 
-// What travels: compression only pays above the configured size and with someone to talk to.
-Signature signature(Coll coll, const CollArgs& a, const CommInfo& ci, const Config& cfg, MPI_Comm comm) {
+// What travels: the codec asked for, except where a policy says compression cannot pay
+// (below min_bytes, nobody to talk to, skip_local on one node); `skip` says which.
+Signature signature(Coll coll, const CollArgs& a, const CommInfo& ci, const Config& cfg, MPI_Comm comm,
+                    std::optional<Skip>& skip) {
   Signature s;
   s.coll = coll;
   s.count = a.count;
@@ -26,10 +32,41 @@ Signature signature(Coll coll, const CollArgs& a, const CommInfo& ci, const Conf
   // Asked on every call, whatever the rest decides: on a communicator's first use it is a
   // collective, which every rank must reach (reject() asks too).
   bool local = ci.size > 1 && node_local(comm);
-  bool small = a.count * dtype_size(a.dtype) < cfg.min_bytes;
-  s.wire = (small || ci.size == 1 || (local && !cfg.compress_local)) ? CodecId::none : a.spec.id;
+  if (a.spec.id == CodecId::none)
+    skip = Skip::codec_none;
+  else if (ci.size == 1)
+    skip = Skip::single_rank;
+  else if (a.count * dtype_size(a.dtype) < cfg.min_bytes)
+    skip = Skip::small;
+  else if (local && cfg.skip_local)
+    skip = Skip::local;
+  s.wire = skip ? CodecId::none : a.spec.id;
   return s;
 }
+
+thread_local bool t_inner = false;  // inside via_host: the outer call is the one counted
+
+// Counts one call in the statistics when it returns (not when it fails).
+class Recorder {
+ public:
+  Recorder(Coll coll, const CommInfo& ci, size_t bytes_in, std::optional<Skip> skip)
+      : coll_(coll), size_(ci.size), bytes_in_(bytes_in), skip_(skip), t0_(std::chrono::steady_clock::now()) {
+    take_sent_bytes();
+  }
+  ~Recorder() {
+    size_t sent = take_sent_bytes();
+    if (t_inner || std::uncaught_exceptions()) return;
+    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    stats_record(coll_, size_, bytes_in_, sent, dt, skip_ ? &*skip_ : nullptr);
+  }
+
+ private:
+  Coll coll_;
+  int size_;
+  size_t bytes_in_;
+  std::optional<Skip> skip_;
+  std::chrono::steady_clock::time_point t0_;
+};
 
 // The 16-bit float codec that carries a reduced float32 part exactly as the output stores it.
 Spec output_spec(Spec wire, DType t) {
@@ -67,7 +104,14 @@ void via_host(Coll coll, MPI_Comm comm, const void* x, size_t x_bytes, void* y, 
   a.engine->copy(hx.data(), x, x_bytes, true);
   CollArgs h = a;
   h.engine = nullptr;
-  collective(coll, comm, hx.data(), hy.data(), h);
+  t_inner = true;
+  try {
+    collective(coll, comm, hx.data(), hy.data(), h);
+  } catch (...) {
+    t_inner = false;
+    throw;
+  }
+  t_inner = false;
   a.engine->copy(y, hy.data(), y_bytes, false);
 }
 
@@ -118,7 +162,9 @@ void reject(MPI_Comm comm, Coll coll) {
 void allreduce(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   CommInfo ci(comm);
   const Config cfg = config();
-  Signature sig = signature(Coll::allreduce, a, ci, cfg, comm);
+  std::optional<Skip> skip;
+  Signature sig = signature(Coll::allreduce, a, ci, cfg, comm, skip);
+  Recorder rec(Coll::allreduce, ci, a.count * dtype_size(a.dtype), skip);
   const float scale = a.avg ? 1.f / float(ci.size) : 1.f;
   Engine& e = engine_of(a);
   const size_t bytes = a.count * dtype_size(a.dtype);
@@ -167,7 +213,9 @@ void allreduce(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
 void reduce_scatter(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   CommInfo ci(comm);
   const Config cfg = config();
-  Signature sig = signature(Coll::reduce_scatter, a, ci, cfg, comm);
+  std::optional<Skip> skip;
+  Signature sig = signature(Coll::reduce_scatter, a, ci, cfg, comm, skip);
+  Recorder rec(Coll::reduce_scatter, ci, a.count * ci.size * dtype_size(a.dtype), skip);
   const float scale = a.avg ? 1.f / float(ci.size) : 1.f;
   Engine& e = engine_of(a);
   // The data rides along with the agreement when small, and on two ranks at any size (each
@@ -198,7 +246,9 @@ void reduce_scatter(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
 void allgather(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   CommInfo ci(comm);
   const Config cfg = config();
-  Signature sig = signature(Coll::allgather, a, ci, cfg, comm);
+  std::optional<Skip> skip;
+  Signature sig = signature(Coll::allgather, a, ci, cfg, comm, skip);
+  Recorder rec(Coll::allgather, ci, a.count * dtype_size(a.dtype), skip);
   // The blocks ride along with the agreement, each received straight into place, when small
   // and on two ranks at any size (there it is MPI's own exchange). Bytes, whatever the dtype.
   const size_t block = a.count * dtype_size(a.dtype);

@@ -16,9 +16,14 @@ struct Config {
   // Input bytes per pipelined message: encoding of one segment overlaps the transfer of
   // the previous ones.
   size_t segment_bytes = 1 << 20;
-  // Compress also when all ranks share one node's memory. Off by default: there the MPI
-  // library's shared-memory copies beat encoding (bench/results), so compression is skipped.
-  bool compress_local = false;
+  // Skip compression when all ranks share one node's memory, where the MPI library's
+  // shared-memory copies beat encoding (bench/results). Off by default: the codec a user
+  // names is the codec applied, on one node as on many, so numerics do not change with
+  // placement; skipping is a policy the user asks for.
+  bool skip_local = false;
+  // Rank 0 prints a line the first time a collective travels uncompressed for a new reason
+  // (stats.h). Does not shape the wire.
+  bool verbose = false;
 };
 
 Config config();

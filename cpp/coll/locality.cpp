@@ -1,8 +1,8 @@
 // Whether all ranks of a communicator share one node's memory. Over shared memory the MPI
 // library moves bytes about as fast as a core encodes them, so compression only adds time
-// (bench/results, README "Measured"): the collectives then send uncompressed unless
-// Config::compress_local says otherwise. MPICH run with MPIR_CVAR_NOLOCAL=1 (bench/netem)
-// treats every rank as a node of its own, so emulated networks still compress.
+// (bench/results, README "Measured"): with Config::skip_local set the collectives then send
+// uncompressed (and count the call as skipped, reason "local"). MPICH run with
+// MPIR_CVAR_NOLOCAL=1 (bench/netem) treats every rank as a node of its own.
 #include <mutex>
 
 #include "coll.h"

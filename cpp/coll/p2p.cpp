@@ -5,12 +5,15 @@
 // Uncompressed messages up to Config::eager_bytes travel inside the header message instead:
 // one message, one latency, as MPI_Send's own eager protocol.
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "coll.h"
 #include "config.h"
 #include "stages.h"
+#include "stats.h"
 
 namespace mpicomp {
 namespace {
@@ -50,7 +53,18 @@ size_t nsegs(size_t n, size_t seg) { return (n + seg - 1) / seg; }
 
 void send(MPI_Comm comm, const void* x, int dest, int tag, const CollArgs& a) {
   const Config cfg = config();
+  const auto t0 = std::chrono::steady_clock::now();
   Header h{kMagic, 0, 0, p2p_signature(a, cfg)};
+  std::optional<Skip> skip;
+  if (a.spec.id == CodecId::none)
+    skip = Skip::codec_none;
+  else if (h.sig.wire == CodecId::none)
+    skip = Skip::small;
+  size_t sent = 0;
+  auto record = [&] {
+    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    stats_record(Coll::send, 2, a.count * dtype_size(a.dtype), sent, dt, skip ? &*skip : nullptr);
+  };
   mpi_check(PMPI_Comm_rank(comm, &h.rank), "MPI_Comm_rank");
   Spec wire{h.sig.wire, a.spec.block};
   if (h.sig.eager) {
@@ -59,7 +73,7 @@ void send(MPI_Comm comm, const void* x, int dest, int tag, const CollArgs& a) {
     std::memcpy(m.data(), &h, sizeof h);
     if (bytes) std::memcpy(m.data() + sizeof h, x, bytes);
     mpi_check(PMPI_Send(m.data(), int(sizeof h + bytes), MPI_BYTE, dest, tag, comm), "MPI_Send");
-    return;
+    return record();
   }
   h.seg = segment_elems(wire, a.dtype, cfg.segment_bytes);
   mpi_check(PMPI_Send(&h, sizeof h, MPI_BYTE, dest, tag, comm), "MPI_Send");
@@ -77,9 +91,11 @@ void send(MPI_Comm comm, const void* x, int dest, int tag, const CollArgs& a) {
       bytes = e.encode(wire, a.dtype, src, n, a.residual ? a.residual + first : nullptr, buf + off);
       src = buf + off;
     }
+    sent += bytes;
     mpi_check(PMPI_Isend_c(src, MPI_Count(bytes), MPI_BYTE, dest, tag, comm, &reqs[k]), "MPI_Isend");
   }
   if (!reqs.empty()) mpi_check(PMPI_Waitall(int(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+  record();
 }
 
 void recv(MPI_Comm comm, void* y, int source, int tag, const CollArgs& a) {

@@ -15,8 +15,8 @@
 
 #include "../coll/coll.h"
 #include "../coll/config.h"
-#include "../coll/stages.h"
 #include "../coll/mpi_util.h"
+#include "../coll/stats.h"
 #include "async.h"
 #include "settings.h"
 
@@ -32,12 +32,6 @@ bool g_active = false;  // MPI_Init ran through us and read the settings
 // locking at that level costs small pass-through calls several microseconds): below it,
 // MPI_Iallreduce passes through uncompressed.
 bool g_threads = false;
-
-struct Counters {
-  long long calls = 0, compressed = 0;
-  double bytes_in = 0, bytes_sent = 0, seconds = 0;
-};
-Counters g_stats[5];
 
 // ---- private duplicates, cached on the user's communicator ----
 int g_keyval[2] = {MPI_KEYVAL_INVALID, MPI_KEYVAL_INVALID};
@@ -72,61 +66,64 @@ bool float_type(MPI_Datatype t, DType& out) {
   return true;
 }
 
-// The codec this call uses, or nothing to pass it through.
-std::optional<CollArgs> decide(Coll coll, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm) {
-  const auto& codec = g_settings.codec[int(coll)];
-  DType t;
-  int inter = 0;
-  if (!g_active || !codec || (op != MPI_SUM && op != MPI_OP_NULL) || !float_type(dt, t) || count <= 0 ||
-      comm == MPI_COMM_NULL || size_t(count) * dtype_size(t) < g_settings.min_bytes)
-    return std::nullopt;
-  if (PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter) return std::nullopt;
-  // Every rank reaches this with the same arguments, so all ask (a collective on the
-  // communicator's first use) and all decide alike.
-  if (!g_settings.compress_local && node_local(comm)) return std::nullopt;
-  CollArgs a;
-  a.spec = *codec;
-  a.dtype = t;
-  a.count = size_t(count);
-  return a;
-}
-
-// Runs one compressed call; failures reach the caller through the communicator's error
-// handler, as any MPI error would.
-template <class F>
-int guarded(MPI_Comm comm, Coll coll, size_t in_bytes, F&& body) {
-  auto t0 = std::chrono::steady_clock::now();
-  take_sent_bytes();
-  try {
-    body();
-  } catch (const Error& e) {
-    std::fprintf(stderr, "mpicomp (LD_PRELOAD): %s\n", e.what());
-    return PMPI_Comm_call_errhandler(comm, MPI_ERR_OTHER), MPI_ERR_OTHER;
-  }
-  Counters& c = g_stats[int(coll)];
-  c.compressed++;
-  c.bytes_in += double(in_bytes);
-  c.bytes_sent += double(take_sent_bytes());
-  c.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return MPI_SUCCESS;
-}
-
 int comm_size(MPI_Comm comm) {
   int p = 1;
   PMPI_Comm_size(comm, &p);
   return p;
 }
 
+// What to do with one call: the core's collective with these arguments, or the MPI library's
+// own function untouched, for the reason `why`.
+struct Decision {
+  std::optional<CollArgs> args;
+  Skip why = Skip::off;
+};
+
+Decision pass(Skip why) { return Decision{std::nullopt, why}; }
+
+Decision decide(Coll coll, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm) {
+  const auto& codec = g_settings.codec[int(coll)];
+  DType t;
+  int inter = 0;
+  if (!g_active || !codec) return pass(Skip::off);
+  if (op != MPI_SUM && op != MPI_OP_NULL) return pass(Skip::op);
+  if (!float_type(dt, t)) return pass(Skip::datatype);
+  if (comm == MPI_COMM_NULL || PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter)
+    return pass(Skip::intercomm);
+  if (count <= 0 || size_t(count) * dtype_size(t) < g_settings.min_bytes) return pass(Skip::small);
+  // Every rank reaches this with the same arguments, so all ask (a collective on the
+  // communicator's first use) and all decide alike.
+  if (g_settings.skip_local && node_local(comm)) return pass(Skip::local);
+  CollArgs a;
+  a.spec = *codec;
+  a.dtype = t;
+  a.count = size_t(count);
+  return Decision{a, Skip::off};
+}
+
+// Runs one compressed call (the core counts it); failures reach the caller through the
+// communicator's error handler, as any MPI error would.
 template <class F>
-int passthrough(Coll coll, double in_bytes, F&& call) {
+int guarded(MPI_Comm comm, F&& body) {
+  try {
+    body();
+  } catch (const Error& e) {
+    std::fprintf(stderr, "mpicomp (LD_PRELOAD): %s\n", e.what());
+    return PMPI_Comm_call_errhandler(comm, MPI_ERR_OTHER), MPI_ERR_OTHER;
+  }
+  return MPI_SUCCESS;
+}
+
+// Hands a call to the MPI library, counting it under its reason when anyone will look.
+template <class F>
+int passthrough(Coll coll, Skip why, MPI_Comm comm, double in_bytes, F&& call) {
   // Two clock reads cost more than the rest of a pass-through (0.1 us of 1.5 on a VM):
-  // only when the table at MPI_Finalize will show them.
-  if (!g_settings.stats) return call();
+  // only when the table at MPI_Finalize or the notice will show them.
+  if (!g_settings.stats && !g_settings.verbose) return call();
   auto t0 = std::chrono::steady_clock::now();
   int rc = call();
-  Counters& c = g_stats[int(coll)];
-  c.bytes_in += in_bytes;
-  c.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stats_record(coll, why == Skip::intercomm ? 1 : comm_size(comm), size_t(in_bytes), 0, dt, &why);
   return rc;
 }
 
@@ -137,73 +134,88 @@ int type_size(MPI_Datatype t) {
 }
 
 int allreduce(const void* x, void* y, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm) {
-  g_stats[int(Coll::allreduce)].calls++;
-  auto a = decide(Coll::allreduce, count, dt, op, comm);
-  if (!a)
-    return passthrough(Coll::allreduce, double(count) * type_size(dt),
+  auto d = decide(Coll::allreduce, count, dt, op, comm);
+  if (!d.args)
+    return passthrough(Coll::allreduce, d.why, comm, double(count) * type_size(dt),
                        [&] { return PMPI_Allreduce_c(x, y, count, dt, op, comm); });
   if (x == MPI_IN_PLACE) x = y;
-  return guarded(comm, Coll::allreduce, a->count * dtype_size(a->dtype), [&] {
-    a->residual = residual(comm, y, count, a->count);
-    mpicomp::allreduce(private_comm(comm, 0), x, y, *a);
+  return guarded(comm, [&] {
+    d.args->residual = residual(comm, y, count, d.args->count);
+    mpicomp::allreduce(private_comm(comm, 0), x, y, *d.args);
   });
 }
 
 int reduce_scatter_block(const void* x, void* y, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm) {
-  g_stats[int(Coll::reduce_scatter)].calls++;
-  auto a = decide(Coll::reduce_scatter, count, dt, op, comm);
+  auto d = decide(Coll::reduce_scatter, count, dt, op, comm);
   int p = comm_size(comm);
-  if (!a)
-    return passthrough(Coll::reduce_scatter, double(count) * p * type_size(dt),
+  if (!d.args)
+    return passthrough(Coll::reduce_scatter, d.why, comm, double(count) * p * type_size(dt),
                        [&] { return PMPI_Reduce_scatter_block_c(x, y, count, dt, op, comm); });
   // In place: the input is the receive buffer (size * count elements).
   std::vector<char> copy;
   if (x == MPI_IN_PLACE) {
-    copy.assign(static_cast<char*>(y), static_cast<char*>(y) + size_t(count) * p * dtype_size(a->dtype));
+    copy.assign(static_cast<char*>(y), static_cast<char*>(y) + size_t(count) * p * dtype_size(d.args->dtype));
     x = copy.data();
   }
-  return guarded(comm, Coll::reduce_scatter, a->count * p * dtype_size(a->dtype), [&] {
-    a->residual = residual(comm, y, count, a->count * p);
-    mpicomp::reduce_scatter(private_comm(comm, 0), x, y, *a);
+  return guarded(comm, [&] {
+    d.args->residual = residual(comm, y, count, d.args->count * p);
+    mpicomp::reduce_scatter(private_comm(comm, 0), x, y, *d.args);
   });
 }
 
 int allgather(const void* x, MPI_Count sc, MPI_Datatype st, void* y, MPI_Count rc, MPI_Datatype rt, MPI_Comm comm) {
-  g_stats[int(Coll::allgather)].calls++;
   bool same = x == MPI_IN_PLACE || (sc == rc && st == rt);
-  auto a = same ? decide(Coll::allgather, rc, rt, MPI_OP_NULL, comm) : std::nullopt;
+  auto d = same ? decide(Coll::allgather, rc, rt, MPI_OP_NULL, comm) : pass(Skip::datatype);
   int p = comm_size(comm);
-  if (!a)
-    return passthrough(Coll::allgather, double(rc) * type_size(rt),
+  if (!d.args)
+    return passthrough(Coll::allgather, d.why, comm, double(rc) * type_size(rt),
                        [&] { return PMPI_Allgather_c(x, sc, st, y, rc, rt, comm); });
   std::vector<char> copy;
   if (x == MPI_IN_PLACE) {
     int r = 0;
     PMPI_Comm_rank(comm, &r);
-    const char* own = static_cast<char*>(y) + size_t(r) * a->count * dtype_size(a->dtype);
-    copy.assign(own, own + a->count * dtype_size(a->dtype));
+    const char* own = static_cast<char*>(y) + size_t(r) * d.args->count * dtype_size(d.args->dtype);
+    copy.assign(own, own + d.args->count * dtype_size(d.args->dtype));
     x = copy.data();
   }
-  return guarded(comm, Coll::allgather, a->count * dtype_size(a->dtype), [&] {
-    a->residual = residual(comm, y, rc, a->count);
-    mpicomp::allgather(private_comm(comm, 0), x, y, *a);
+  return guarded(comm, [&] {
+    d.args->residual = residual(comm, y, rc, d.args->count);
+    mpicomp::allgather(private_comm(comm, 0), x, y, *d.args);
   });
 }
 
 int iallreduce(const void* x, void* y, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm, MPI_Request* req) {
-  g_stats[int(Coll::allreduce)].calls++;
-  auto a = g_threads ? decide(Coll::allreduce, count, dt, op, comm) : std::nullopt;
-  if (!a) return PMPI_Iallreduce_c(x, y, count, dt, op, comm, req);
+  auto d = g_threads ? decide(Coll::allreduce, count, dt, op, comm) : pass(Skip::threads);
+  if (!d.args)  // the request completes later: counted at its start, without a time
+    return passthrough(Coll::allreduce, d.why, comm, double(count) * type_size(dt),
+                       [&] { return PMPI_Iallreduce_c(x, y, count, dt, op, comm, req); });
   if (x == MPI_IN_PLACE) x = y;
-  try {
-    a->residual = residual(comm, y, count, a->count);
-    start_async(async_comm(comm), x, y, *a, req);
-  } catch (const Error& e) {
-    std::fprintf(stderr, "mpicomp (LD_PRELOAD): %s\n", e.what());
-    return PMPI_Comm_call_errhandler(comm, MPI_ERR_OTHER), MPI_ERR_OTHER;
+  return guarded(comm, [&] {  // the worker's allreduce counts itself when it runs
+    d.args->residual = residual(comm, y, count, d.args->count);
+    start_async(async_comm(comm), x, y, *d.args, req);
+  });
+}
+
+// Rank 0 says, once, that the interposer is loaded and what it compresses: a program that
+// runs uncompressed because LD_PRELOAD was empty shows no such line.
+void announce() {
+  int rank = 0;
+  PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank != 0) return;
+  std::string what;
+  const std::pair<Coll, const char*> colls[] = {{Coll::allreduce, "MPI_Allreduce/MPI_Iallreduce"},
+                                                {Coll::reduce_scatter, "MPI_Reduce_scatter_block"},
+                                                {Coll::allgather, "MPI_Allgather"}};
+  for (auto& [c, name] : colls) {
+    const auto& spec = g_settings.codec[int(c)];
+    what += std::string(what.empty() ? "" : ", ") + name + " " + (spec ? codec_name(spec->id) : "off");
   }
-  g_stats[int(Coll::allreduce)].compressed++;
-  return MPI_SUCCESS;
+  std::fprintf(stderr,
+               "mpicomp (LD_PRELOAD): %s; MPI_SUM of float/double/16-bit floats from %zu bytes; skip_local=%d, "
+               "error_feedback=%d%s\n",
+               what.c_str(), g_settings.min_bytes, int(g_settings.skip_local), int(g_settings.error_feedback),
+               g_settings.stats ? "; statistics at MPI_Finalize" : " (MPICOMP_STATS=1: statistics at MPI_Finalize)");
+  std::fflush(stderr);
 }
 
 void on_init() {
@@ -224,28 +236,28 @@ void on_init() {
     PMPI_Abort(MPI_COMM_WORLD, 2);
   }
   // No eager path: it only pays in thread-multiple programs, below min_bytes anyway.
-  set_config(Config{g_settings.min_bytes, 0, g_settings.segment_bytes, g_settings.compress_local});
+  set_config(Config{g_settings.min_bytes, 0, g_settings.segment_bytes, g_settings.skip_local, g_settings.verbose});
   g_active = true;
+  announce();
 }
 
+// Rank 0's table: its calls and reasons; bytes summed over ranks; the slowest rank's time.
 void print_stats() {
   int rank = 0, size = 1;
   PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
   PMPI_Comm_size(MPI_COMM_WORLD, &size);
-  const char* names[] = {"", "MPI_Allreduce", "MPI_Reduce_scatter_block", "MPI_Allgather"};
-  if (rank == 0)
-    std::printf("# mpicomp interposer: %d ranks; calls as seen by rank 0, bytes summed over ranks, time of the "
-                "slowest rank\n# %-24s %10s %11s %14s %14s %10s\n",
-                size, "collective", "calls", "compressed", "bytes in", "bytes sent", "time (s)");
-  for (int c = 1; c <= 3; ++c) {
-    double sums[2] = {g_stats[c].bytes_in, g_stats[c].bytes_sent}, out[2], tmax = 0;
-    PMPI_Reduce(sums, out, 2, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
-    PMPI_Reduce(&g_stats[c].seconds, &tmax, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
-    if (rank == 0)
-      std::printf("  %-24s %10lld %11lld %14.0f %14.0f %10.3f\n", names[c], g_stats[c].calls, g_stats[c].compressed,
-                  out[0], out[1], tmax);
+  Stats s = stats();
+  for (auto& c : s.coll) {
+    double sums[3] = {c.bytes_in, c.bytes_wire, c.bytes_plain}, out[3], tmax = 0;
+    PMPI_Reduce(sums, out, 3, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+    PMPI_Reduce(&c.seconds, &tmax, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    c.bytes_in = out[0], c.bytes_wire = out[1], c.bytes_plain = out[2], c.seconds = tmax;
   }
-  if (rank == 0) std::fflush(stdout);
+  if (rank != 0) return;
+  std::string title = "mpicomp interposer: " + std::to_string(size) +
+                      " ranks; calls and reasons as seen by rank 0, bytes summed over ranks, time of the slowest rank";
+  std::fputs(stats_table(s, title).c_str(), stdout);
+  std::fflush(stdout);
 }
 
 }  // namespace

@@ -79,6 +79,11 @@ bool read_flag(const char* var, bool& out, std::string& error) {
 }  // namespace
 
 bool read_settings(Settings& s, std::string& error) {
+  if (std::getenv("MPICOMP_COMPRESS_LOCAL")) {  // renamed with its default flipped: never ignored silently
+    error = "MPICOMP_COMPRESS_LOCAL: gone; compression is now applied on one node too, by default (set "
+            "MPICOMP_SKIP_LOCAL=1 to pass such calls through, and unset MPICOMP_COMPRESS_LOCAL)";
+    return false;
+  }
   std::optional<Spec> all;
   if (!read_codec("MPICOMP_CODEC", all, error)) return false;
   const std::pair<Coll, const char*> overrides[] = {{Coll::allreduce, "MPICOMP_ALLREDUCE_CODEC"},
@@ -91,7 +96,7 @@ bool read_settings(Settings& s, std::string& error) {
   return read_size("MPICOMP_MIN_BYTES", s.min_bytes, error) &&
          read_size("MPICOMP_SEGMENT_BYTES", s.segment_bytes, error) &&
          read_flag("MPICOMP_ERROR_FEEDBACK", s.error_feedback, error) && read_flag("MPICOMP_STATS", s.stats, error) &&
-         read_flag("MPICOMP_COMPRESS_LOCAL", s.compress_local, error);
+         read_flag("MPICOMP_VERBOSE", s.verbose, error) && read_flag("MPICOMP_SKIP_LOCAL", s.skip_local, error);
 }
 
 }  // namespace mpicomp::pmpi

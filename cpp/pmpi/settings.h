@@ -15,7 +15,8 @@ struct Settings {
   size_t segment_bytes = 1 << 20;
   bool error_feedback = false;   // keyed by (communicator, receive buffer, count)
   bool stats = false;
-  bool compress_local = false;   // also on communicators whose ranks share one node
+  bool verbose = false;          // a line on rank 0 for each new reason a call is not compressed
+  bool skip_local = false;       // pass through on communicators whose ranks share one node
 };
 
 // Parses the MPICOMP_* variables. On an invalid value returns false and sets `error` to a

@@ -14,12 +14,13 @@ from .collectives import Request, allgather, allreduce, iallreduce, recv, reduce
 from .config import config
 from .errors import ArgumentError, BackendError, CodecError, MpicompError, ShapeMismatchError
 from .feedback import ErrorFeedback
+from .stats import reset_stats, stats, stats_table
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Codec", "codec", "available_codecs",
     "allreduce", "reduce_scatter", "allgather", "iallreduce", "Request", "send", "recv",
-    "ErrorFeedback", "config",
+    "ErrorFeedback", "config", "stats", "reset_stats", "stats_table",
     "MpicompError", "CodecError", "ShapeMismatchError", "BackendError", "ArgumentError",
 ]

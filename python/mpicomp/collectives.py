@@ -24,6 +24,37 @@ __all__ = ["allreduce", "reduce_scatter", "allgather", "iallreduce", "Request", 
 _ALLREDUCE, _REDUCE_SCATTER, _ALLGATHER = 1, 2, 3
 _NAMES = {_ALLREDUCE: "allreduce", _REDUCE_SCATTER: "reduce_scatter", _ALLGATHER: "allgather"}
 _OPS = {"sum": False, "avg": True}
+_MPI_OPS = ("SUM", "MAX", "MIN", "PROD", "LAND", "LOR", "BAND", "BOR", "MAXLOC", "MINLOC")
+
+DEFAULT_CODEC = "int8"
+"""The codec of a call that names none (codec=None): blockwise int8 for floating-point
+arrays, "none" (exact) for integer arrays, which no lossy codec takes."""
+
+
+def _default_codec(x):
+    """The codec of a call on x that names none (DEFAULT_CODEC)."""
+    if type(x).__module__.startswith("torch"):
+        return DEFAULT_CODEC if x.is_floating_point() else "none"
+    try:
+        return DEFAULT_CODEC if np.dtype(x.dtype).kind == "f" else "none"
+    except (AttributeError, TypeError):  # not an array, or bfloat16 spelled by another library
+        return DEFAULT_CODEC
+
+
+def _avg(op):
+    """True for a mean, False for a sum, None for an op mpicomp does not do. mpi4py's MPI.SUM
+    is a sum (MPI.Op objects are not hashable: no dict lookup)."""
+    if type(op) is str:
+        return _OPS.get(op)
+    return False if isinstance(op, MPI.Op) and op == MPI.SUM else None
+
+
+def _op_error(op):
+    if isinstance(op, MPI.Op):
+        name = next((f"MPI.{n}" for n in _MPI_OPS if op == getattr(MPI, n)), "this MPI.Op")
+        return ArgumentError(f"op must be 'sum', 'avg' or MPI.SUM, got {name}: mpicomp's collectives sum; for "
+                             f"{name} use mpi4py's own collective (e.g. comm.Allreduce(x, y, op={name}))")
+    return ArgumentError(f"op must be 'sum', 'avg' or MPI.SUM, got {op!r}")
 
 
 def _spec_args(coll, comm, codec, op, tell=None, lowrank=False, on_device=None):
@@ -37,9 +68,9 @@ def _spec_args(coll, comm, codec, op, tell=None, lowrank=False, on_device=None):
             wire = ", ".join(n for n in available_codecs() if _codec(n).id is not None)
             raise CodecError(f"codec {c.name!r} is an allreduce algorithm; {_NAMES[coll]} takes a wire codec "
                              f"({wire})")
-        avg = _OPS.get(op)
+        avg = _avg(op)
         if avg is None:
-            raise ArgumentError(f"op must be 'sum' or 'avg', got {op!r}")
+            raise _op_error(op)
         if on_device is not None:
             c.check_memory(on_device)
     except MpicompError as own:
@@ -136,7 +167,7 @@ def _numpy(coll, comm, x, codec, out, op, c=None):
     collective on shared memory takes a few microseconds: every 100 ns shows)."""
     ctx = _comm.known(comm)
     c = c or _cached(codec)
-    avg = _OPS.get(op)
+    avg = _avg(op)
     if ctx is None or c is None or c.id is None or avg is None or c.device_only:
         pcomm, c, avg = _spec_args(coll, comm, codec, op, on_device=False)
     else:
@@ -144,7 +175,7 @@ def _numpy(coll, comm, x, codec, out, op, c=None):
     return _core.numpy_collective(coll, pcomm, x, out, c.id, c.block, avg)
 
 
-def allreduce(x, comm=MPI.COMM_WORLD, codec="int8", op="sum", out=None, error_feedback=None):
+def allreduce(x, comm=MPI.COMM_WORLD, codec=None, op="sum", out=None, error_feedback=None):
     """Sum (op="sum") or mean (op="avg") of x over all ranks of comm, compressed with codec.
 
     Args:
@@ -152,9 +183,11 @@ def allreduce(x, comm=MPI.COMM_WORLD, codec="int8", op="sum", out=None, error_fe
             float32, float16, bfloat16 or float64 (integers with codec "none"), any shape.
             GPU arrays are reduced on their GPU, on the current stream (CUDA builds).
         comm: an mpi4py intra-communicator (COMM_WORLD, a Split, Dup or Create_cart of it).
-        codec: spec string or Codec (see mpicomp.codec). Below ``config.min_bytes`` the data
-            is sent uncompressed; "none" uses the MPI library's own allreduce.
-        op: "sum" or "avg" (the sum divided by the communicator size).
+        codec: spec string or Codec (see mpicomp.codec); None (the default): "int8" for
+            floating-point x, "none" (exact) for integers. "none" uses the MPI library's own
+            allreduce. Below ``config.min_bytes`` the data is sent uncompressed (counted in
+            mpicomp.stats(), like every call sent uncompressed).
+        op: "sum", "avg" (the sum divided by the communicator size) or MPI.SUM.
         out: optional output array like x (may be x itself: in place).
         error_feedback: an ErrorFeedback for this tensor stream (lossy codecs).
 
@@ -164,6 +197,8 @@ def allreduce(x, comm=MPI.COMM_WORLD, codec="int8", op="sum", out=None, error_fe
         each rank's x, plus the bound for the summed value. Codec "powersgd" has no such
         bound (see mpicomp.powersgd).
     """
+    if codec is None:
+        codec = _default_codec(x)
     known = _cached(codec)
     if (known is None or known.id is None) and _lowrank(codec):
         c, avg, out, dt = _lowrank_prepare(comm, x, codec, out, error_feedback, op)
@@ -175,10 +210,13 @@ def allreduce(x, comm=MPI.COMM_WORLD, codec="int8", op="sum", out=None, error_fe
     return args[1]
 
 
-def reduce_scatter(x, comm=MPI.COMM_WORLD, codec="int8", op="sum", out=None, error_feedback=None):
+def reduce_scatter(x, comm=MPI.COMM_WORLD, codec=None, op="sum", out=None, error_feedback=None):
     """x holds size * k elements (any shape; flattened in C order); returns a 1-D array of k
     elements: the sum (or mean) over ranks of their elements [rank * k, (rank + 1) * k).
-    Each rank compresses each part once; its own part is added exactly."""
+    Each rank compresses each part once; its own part is added exactly. codec and op as
+    for allreduce."""
+    if codec is None:
+        codec = _default_codec(x)
     if error_feedback is None and type(x) is np.ndarray:
         return _numpy(_REDUCE_SCATTER, comm, x, codec, out, op)
     pcomm, out, xptr, yptr, n, dt, c, avg, rptr, stream = _prepare(_REDUCE_SCATTER, comm, x, codec, out,
@@ -187,10 +225,12 @@ def reduce_scatter(x, comm=MPI.COMM_WORLD, codec="int8", op="sum", out=None, err
     return out
 
 
-def allgather(x, comm=MPI.COMM_WORLD, codec="int8", out=None, error_feedback=None):
+def allgather(x, comm=MPI.COMM_WORLD, codec=None, out=None, error_feedback=None):
     """Concatenation (1-D, size * k elements, rank order) of every rank's x (k elements).
     Each rank's x is compressed once; every rank, its owner included, decodes the same bytes,
-    so all ranks get identical results."""
+    so all ranks get identical results. codec as for allreduce."""
+    if codec is None:
+        codec = _default_codec(x)
     if error_feedback is None and type(x) is np.ndarray:
         return _numpy(_ALLGATHER, comm, x, codec, out, "sum")
     args = _prepare(_ALLGATHER, comm, x, codec, out, error_feedback, "sum", 2)
@@ -217,10 +257,12 @@ class Request:
         return self._future.done()
 
 
-def iallreduce(x, comm=MPI.COMM_WORLD, codec="int8", op="sum", out=None, error_feedback=None):
+def iallreduce(x, comm=MPI.COMM_WORLD, codec=None, op="sum", out=None, error_feedback=None):
     """Non-blocking allreduce: starts it on a worker thread (its own duplicate of comm) and
     returns a Request at once. All ranks must start their non-blocking collectives on comm
     in the same order; they run in that order. Arguments are checked here, before it starts."""
+    if codec is None:
+        codec = _default_codec(x)
     acomm, executor = _comm.worker(comm)
 
     # A bad argument raises here, at once; the other ranks learn of it from a rejection that
@@ -255,18 +297,22 @@ def _p2p_args(buf, codec, name, comm, peer, peer_name):
     return c, ptr, n, dt
 
 
-def send(x, dest, comm=MPI.COMM_WORLD, codec="int8", tag=0, error_feedback=None):
+def send(x, dest, comm=MPI.COMM_WORLD, codec=None, tag=0, error_feedback=None):
     """Sends x to rank dest of comm, compressed; the receiver calls recv with an array of the
     same count and dtype and the same codec. Returns when x may be reused."""
+    if codec is None:
+        codec = _default_codec(x)
     c, ptr, n, dt = _p2p_args(x, codec, "x", comm, dest, "dest")
     rptr = error_feedback._buffer(n, x) if (error_feedback is not None and not c.exact) else 0
     _core.send(comm, ptr, dest, tag, n, dt, c.id, c.block, rptr)
 
 
-def recv(out, source=MPI.ANY_SOURCE, comm=MPI.COMM_WORLD, codec="int8", tag=0):
+def recv(out, source=MPI.ANY_SOURCE, comm=MPI.COMM_WORLD, codec=None, tag=0):
     """Receives into out (contiguous, the sender's count and dtype) what rank source sent
     with send; returns out. A sender whose count, dtype or codec differ: ShapeMismatchError
     (the message is consumed, the communicator stays usable)."""
+    if codec is None:
+        codec = _default_codec(out)
     c, ptr, n, dt = _p2p_args(out, codec, "out", comm, source, "source")
     _core.recv(comm, ptr, source, tag, n, dt, c.id, c.block)
     return out

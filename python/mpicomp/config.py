@@ -2,7 +2,8 @@
 
 Each setting starts from an environment variable (read at import) and can be changed at run
 time; all ranks must use the same values, or their calls disagree and raise
-ShapeMismatchError (never a hang).
+ShapeMismatchError (never a hang). Every call that travels uncompressed is counted with its
+reason in ``mpicomp.stats()`` (and printed at exit with ``MPICOMP_STATS=1``).
 
 =================  ==========================  ============================================
 attribute          environment variable        meaning
@@ -22,11 +23,16 @@ attribute          environment variable        meaning
 ``segment_bytes``  ``MPICOMP_SEGMENT_BYTES``   input bytes per pipelined message: encoding
                                                of one segment overlaps sending the previous.
                                                Default 1 MiB.
-``compress_local`` ``MPICOMP_COMPRESS_LOCAL``  1: compress also when all ranks of the
-                                               communicator share one node's memory. Default
-                                               0: there MPI's shared-memory copies beat any
-                                               codec (README, "Measured"), so collectives
-                                               send uncompressed (send/recv still compress).
+``skip_local``     ``MPICOMP_SKIP_LOCAL``      1: send uncompressed when all ranks of the
+                                               communicator share one node's memory, where
+                                               MPI's shared-memory copies beat any codec
+                                               (README, "Measured"; send/recv still
+                                               compress). Default 0: the codec you name is
+                                               the codec applied, on one node as on many.
+``verbose``        ``MPICOMP_VERBOSE``         1: rank 0 prints one line the first time a
+                                               collective travels uncompressed for a reason
+                                               other than codec "none" (below min_bytes,
+                                               one rank, skip_local). Default 0.
 =================  ==========================  ============================================
 
 ``mpicomp-config --preload`` (or ``python -m mpicomp --preload``) prints the path of
@@ -42,9 +48,10 @@ from .errors import ArgumentError
 
 __all__ = ["config"]
 
-_FIELDS = ("min_bytes", "eager_bytes", "segment_bytes", "compress_local")
+_FIELDS = ("min_bytes", "eager_bytes", "segment_bytes", "skip_local", "verbose")
 _LIMITS = {"min_bytes": (0, 1 << 62), "eager_bytes": (0, 1 << 30), "segment_bytes": (1024, 1 << 31),
-           "compress_local": (0, 1)}
+           "skip_local": (0, 1), "verbose": (0, 1)}
+_FLAGS = ("skip_local", "verbose")
 
 
 class _Config:
@@ -59,6 +66,8 @@ class _Config:
         if name not in _FIELDS:
             raise AttributeError(f"mpicomp.config has no setting {name!r}; settings: {', '.join(_FIELDS)}")
         lo, hi = _LIMITS[name]
+        if name in _FLAGS and isinstance(value, bool):
+            value = int(value)
         if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
             raise ArgumentError(f"mpicomp.config.{name} must be an integer in [{lo}, {hi}], got {value!r}")
         current = list(_core.get_config())
@@ -70,6 +79,11 @@ class _Config:
 
 
 config = _Config()
+
+if "MPICOMP_COMPRESS_LOCAL" in os.environ:
+    # Renamed with the default flipped: refusing it beats silently ignoring a setting.
+    raise ArgumentError("MPICOMP_COMPRESS_LOCAL is gone: compression is now applied on one node too, by default; "
+                        "set MPICOMP_SKIP_LOCAL=1 to skip it there (and unset MPICOMP_COMPRESS_LOCAL)")
 
 for _name in _FIELDS:
     _env = "MPICOMP_" + _name.upper()
@@ -87,12 +101,28 @@ def preload_path():
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    if argv == ["--preload"]:
+    import argparse
+
+    p = argparse.ArgumentParser(
+        prog="mpicomp-config",
+        description="mpicomp's settings and the paths a build or launcher needs. Without an option: the "
+                    "settings in force (mpicomp.config, from MPICOMP_* variables).")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--preload", action="store_true",
+                   help="path of the interposer library, for LD_PRELOAD=... (unmodified MPI programs)")
+    g.add_argument("--libs", action="store_true",
+                   help="linker flags that link the interposer into a program instead of preloading it")
+    g.add_argument("--version", action="store_true", help="mpicomp's version")
+    args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.preload:
         print(preload_path())
-        return 0
-    if argv == []:
+    elif args.libs:
+        lib = Path(preload_path()).parent
+        print(f"-L{lib} -Wl,-rpath,{lib} -lmpicomp_pmpi")
+    elif args.version:
+        from . import __version__
+
+        print(__version__)
+    else:
         print(config)
-        return 0
-    print("usage: mpicomp-config [--preload]", file=sys.stderr)
-    return 2
+    return 0

@@ -203,7 +203,6 @@ def errors():
 
 def main():
     mpicomp.config.min_bytes = 0
-    mpicomp.config.compress_local = 1  # one node: compress anyway
     mpicomp.config.segment_bytes = 64 << 10  # several segments per part
     expect(_core.cuda_available() and mpicomp.codecs.nvcomp_loaded(), "the stand-in GPU and nvCOMP are usable")
     codec_kernels()

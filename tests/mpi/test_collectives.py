@@ -302,18 +302,23 @@ def test_integers_exact_with_none_only():
 
 
 @pytest.mark.parametrize("coll", ["allreduce", "reduce_scatter", "allgather"])
-def test_node_local_communicators_skip_compression_by_default(coll):
-    """Every rank here shares one machine: by default (config.compress_local = 0) the
-    collectives send uncompressed, exactly as codec "none"; with it set they compress."""
+def test_the_named_codec_is_applied_on_one_node_unless_skip_local(coll):
+    """Every rank here shares one machine. By default the codec named is the codec applied
+    (a lossy result, counted as compressed); with config.skip_local the collectives send
+    uncompressed, exactly as codec "none", and the statistics say why."""
     x = np.random.default_rng(WORLD.rank).standard_normal(WORLD.size * 5000).astype(np.float32)
     fn = getattr(mpicomp, coll)
     mpicomp.config.min_bytes = 0
     exact = fn(x, comm=WORLD, codec="none")
-    mpicomp.config.compress_local = 0
-    assert np.array_equal(fn(x, comm=WORLD, codec="int4"), exact)
-    mpicomp.config.compress_local = 1
+    mpicomp.reset_stats()
     lossy = fn(x, comm=WORLD, codec="int4")
     assert WORLD.size == 1 or not np.array_equal(lossy, exact)
+    s = mpicomp.stats()[coll]
+    assert (s["calls"], s["compressed"]) == (1, 1 if WORLD.size > 1 else 0), s
+    mpicomp.config.skip_local = 1
+    assert np.array_equal(fn(x, comm=WORLD, codec="int4"), exact)
+    s = mpicomp.stats()[coll]
+    assert s["calls"] == 2 and s["skipped"] == ({"local": 1} if WORLD.size > 1 else {"one_rank": 2}), s
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64, np.int8])
@@ -374,3 +379,25 @@ def test_uncompressed_reduce_scatter_dtypes(dtype, k, op):
     else:  # float32 accumulation of 16-bit input, one rounding to the output dtype
         tol = np.abs(exact) * (2.0**-10 if dtype == np.float16 else 2.0**-50) + 2.0**-20 * WORLD.size * 8
         assert np.all(np.abs(y.astype(np.float64) - exact) <= tol)
+
+
+def test_default_codec_is_int8_for_floats_and_exact_for_integers():
+    x = np.random.default_rng(WORLD.rank).standard_normal(1 << 15).astype(np.float32)
+    assert np.array_equal(mpicomp.allreduce(x), mpicomp.allreduce(x, codec="int8"))
+    t = torch.from_numpy(x)
+    assert torch.equal(mpicomp.allreduce(t), mpicomp.allreduce(t, codec="int8"))
+    i = np.arange(1 << 15, dtype=np.int32) * (WORLD.rank + 1)
+    assert np.array_equal(mpicomp.allreduce(i), np.arange(1 << 15) * sum(range(1, WORLD.size + 1)))
+    assert torch.equal(mpicomp.allgather(torch.from_numpy(i)), torch.from_numpy(np.concatenate(WORLD.allgather(i))))
+
+
+def test_mpi_sum_is_a_sum_and_other_mpi_ops_are_named_in_the_error():
+    x = np.random.default_rng(WORLD.rank).standard_normal(1 << 15).astype(np.float32)
+    assert np.array_equal(mpicomp.allreduce(x, codec="int8", op=MPI.SUM), mpicomp.allreduce(x, codec="int8"))
+    assert np.array_equal(mpicomp.reduce_scatter(np.tile(x, WORLD.size), codec="none", op=MPI.SUM),
+                          mpicomp.reduce_scatter(np.tile(x, WORLD.size), codec="none", op="sum"))
+    with pytest.raises(mpicomp.ArgumentError, match=r"got MPI.MAX.*comm.Allreduce\(x, y, op=MPI.MAX\)"):
+        mpicomp.allreduce(x, op=MPI.MAX)
+    with pytest.raises(mpicomp.ArgumentError, match="'sum', 'avg' or MPI.SUM, got 'max'"):
+        mpicomp.allreduce(x, op="max")
+    assert np.array_equal(mpicomp.allreduce(x, codec="int8"), mpicomp.allreduce(x, codec="int8"))  # still usable

@@ -27,9 +27,9 @@ class Traffic:
     reduce-scatter stage then an allgather stage, each rank sending all parts but its own);
     a send counts the encoded message. Headers (a few bytes per message) are left out.
     Messages below ``mpicomp.config.min_bytes`` count uncompressed, as the core sends them.
-    On communicators whose ranks share one node the core sends uncompressed unless
-    ``mpicomp.config.compress_local`` is set; the counter still reports the codec's bytes
-    (what a run across nodes sends), as examples/train_gpt.py, which sets it, does.
+    With ``mpicomp.config.skip_local`` set, communicators whose ranks share one node send
+    uncompressed; the counter still reports the codec's bytes (what a run across nodes
+    sends). ``mpicomp.stats()`` counts what the core really sent.
     Lossless codecs (lz4, nvcomp-*) count their bound, the input's size: what they save
     depends on the data (the LD_PRELOAD statistics count the bytes actually sent).
     """

@@ -7,4 +7,4 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/_ranks.py, tests/optim/_toy.py
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _ranks import _same_config, pytest_runtest_logreport  # noqa: E402,F401
+from _ranks import _same_config, pytest_runtest_logreport, pytest_runtest_setup  # noqa: E402,F401

@@ -9,7 +9,7 @@ import pytest
 from mpi4py import MPI
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/_ranks.py
-from _ranks import _same_config, pytest_runtest_logreport  # noqa: E402,F401
+from _ranks import _same_config, pytest_runtest_logreport, pytest_runtest_setup  # noqa: E402,F401
 
 WORLD = MPI.COMM_WORLD
 

@@ -1,0 +1,62 @@
+"""What this process's collectives did: calls, how many were compressed, bytes in and on the
+wire, and for every call that travelled uncompressed, why.
+
+The codec you name is the codec applied. The exceptions are policies, each counted here
+under its reason: ``none`` (codec "none"), ``small`` (input below ``config.min_bytes``),
+``one_rank`` (a communicator of one rank) and ``local`` (all ranks on one node with
+``config.skip_local`` set). ``MPICOMP_STATS=1`` prints the table at exit (rank 0 of
+COMM_WORLD, its own counts); ``MPICOMP_VERBOSE=1`` prints one line the first time a call
+is not compressed for a new reason.
+
+Bytes on the wire: for a compressed call, the payload this rank sent; for an uncompressed
+one, what the bandwidth-optimal algorithm sends ((size - 1) / size of the data per stage:
+two stages for allreduce), whichever path MPI took. Headers are left out. The table's
+``saved`` column is the uncompressed bytes over the bytes on the wire.
+"""
+
+import atexit
+import os
+import sys
+
+from . import _core
+from .errors import ArgumentError
+
+__all__ = ["stats", "reset_stats", "stats_table"]
+
+
+def stats():
+    """Counters per collective since start (or the last reset_stats()): a dict keyed by
+    "allreduce", "reduce_scatter", "allgather" and "send/recv", each a dict of ``calls``,
+    ``compressed``, ``bytes_in``, ``bytes_wire``, ``bytes_plain`` (what the same calls send
+    uncompressed: bytes_plain / bytes_wire is the saving), ``seconds`` and ``skipped``
+    (reason -> uncompressed calls)."""
+    return _core.stats()
+
+
+def reset_stats():
+    """Sets every counter back to zero (this process)."""
+    _core.stats_reset()
+
+
+def stats_table(title=None):
+    """The counters as a table: '#' comment lines, one row per collective that ran."""
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    return _core.stats_table(title or f"mpicomp statistics, rank {comm.Get_rank()} of {comm.Get_size()}")
+
+
+def _print_at_exit():
+    from mpi4py import MPI
+
+    if MPI.Is_initialized() and not MPI.Is_finalized() and MPI.COMM_WORLD.Get_rank() == 0:
+        sys.stdout.write(stats_table())
+        sys.stdout.flush()
+
+
+_flag = os.environ.get("MPICOMP_STATS", "0")
+if _flag not in ("0", "1"):
+    raise ArgumentError(f"MPICOMP_STATS must be 0 or 1, got {_flag!r}")
+if _flag == "1":
+    # Registered after mpi4py's own exit handler (imported first), so it runs before MPI_Finalize.
+    atexit.register(_print_at_exit)
