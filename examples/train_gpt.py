@@ -278,9 +278,11 @@ def main(argv=None):
     model = Stage(args, mesh, policy)
     trainer = Trainer(args, mesh, policy, model, data)
     params = count_parameters(model, mesh)
+    opt = trainer.opt
     log = {"args": vars(args), "world_size": world.Get_size(), "parameters": params,
            "mesh": {"dp": mesh.dp_size, "tp": mesh.tp_size, "pp": mesh.pp_size},
            "policy": policy.describe(), "corpus_bytes": int(data.size), "steps": []}
+
     if world.Get_rank() == 0:
         print(f"# {params:,} parameters, {mesh}, policy {args.policy}: {policy.describe()}, "
               f"optimizer {args.optimizer}", flush=True)
@@ -310,10 +312,14 @@ def main(argv=None):
                                  "comm_wait_s": waits})
             extra = f" micro-batches {per_rank} comm wait {max(waits) * 1e3:.1f} ms"
             progress(step, args.steps, loss, step_tokens / elapsed, wire, plain, extra)
+    state = opt.optimizer_state_bytes() if hasattr(opt, "optimizer_state_bytes") else \
+        sum(v.numel() * v.element_size() for s in opt.state.values() for v in s.values() if torch.is_tensor(v))
+    states = world.gather(state, root=0)
     if world.Get_rank() == 0:
         steps = log["steps"]
         tail = steps[-max(1, args.steps // 10):]
         log["final_loss"] = sum(s["loss"] for s in tail) / len(tail)
+        log["optimizer_state_bytes"] = max(states)  # per rank, after the run (AdamW's moments and steps)
         log["bytes_per_step"] = sum(s["bytes"] for s in steps) / args.steps
         log["wire_bytes_per_step"] = sum(s["wire_bytes"] for s in steps) / args.steps
         log["plain_bytes_per_step"] = sum(s["plain_bytes"] for s in steps) / args.steps
