@@ -1,0 +1,14 @@
+"""Communication-efficient optimizers on mpicomp's compressed collectives (layer 5; imports
+torch, which ``import mpicomp`` does not):
+
+    from mpicomp.optim import ZeRO1, ACCO
+    opt = ZeRO1(model.parameters(), torch.optim.AdamW, comm=mesh.dp, lr=3e-4)
+    opt = ACCO(model.parameters(), torch.optim.AdamW, comm=mesh.dp, lr=3e-4)
+    loss = opt.step(closure)      # ACCO: closure() runs one micro-batch forward + backward
+"""
+
+from ._sharded import CheckpointError, RankFailedError
+from .acco import ACCO
+from .zero1 import ZeRO1
+
+__all__ = ["ZeRO1", "ACCO", "CheckpointError", "RankFailedError"]
