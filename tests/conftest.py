@@ -1,4 +1,4 @@
-"""Serial test session. tests/mpi, tests/torch/mpi and tests/gpu/mpi hold the multi-rank
+"""Serial test session. tests/mpi, tests/torch/mpi, tests/optim/mpi and tests/gpu/mpi hold the multi-rank
 tests: test_mpi_launch.py runs them under mpiexec with 2, 3 and 4 ranks. Collected here, in
 one process, they would pair ranks that do not exist (a send to oneself blocks like MPI_Send
 does), so a serial run leaves them out; named on the command line without mpiexec they skip
@@ -6,7 +6,7 @@ does), so a serial run leaves them out; named on the command line without mpiexe
 import os
 from collections import Counter
 
-collect_ignore = [] if "PMI_RANK" in os.environ else ["mpi", "torch/mpi", "gpu/mpi"]
+collect_ignore = [] if "PMI_RANK" in os.environ else ["mpi", "torch/mpi", "gpu/mpi", "optim/mpi"]
 
 
 def pytest_terminal_summary(terminalreporter):
