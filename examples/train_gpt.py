@@ -2,6 +2,7 @@
 compressed by mpicomp according to a policy.
 
     mpiexec -n 4 python examples/train_gpt.py --dp 2 --tp 2 --pp 1 --policy hybrid --steps 200
+    mpiexec -n 4 python examples/train_gpt.py --optimizer acco --micro-batches 2 --steps 200
 
 The corpus is the Python standard library's own sources (of the interpreter running this
 script), read as bytes: available offline on every machine, tokenised at byte level
@@ -12,7 +13,14 @@ with error feedback for data-parallel gradients, mild for tensor/pipeline traffi
 Layout: Megatron-LM (Shoeybi et al. 2019) tensor parallelism inside each block (attention
 heads and MLP columns split over mesh.tp), GPipe (Huang et al. 2019) micro-batches over
 mesh.pp stages (blocks split evenly), gradients averaged over mesh.dp. Same --seed, same
-flags: same losses and byte counts, run after run. Rank 0 prints progress and writes --log.
+flags: same losses and byte counts, run after run. Rank 0 prints progress and, with --json,
+writes a JSON log.
+
+--optimizer: "adamw" (each rank keeps the whole AdamW state; gradients averaged with the
+policy's dp codec), "zero1" (mpicomp.optim.ZeRO1 over mesh.dp: AdamW state sharded, gradient
+reduce-scatter with the dp codec) or "acco" (mpicomp.optim.ACCO over mesh.dp: communication
+overlapped with further micro-batches; --micro-batches bounds each round, --acco-max-micro-batches
+lets fast ranks add more). zero1 and acco need --pp 1 (GPipe owns the backward pass).
 """
 
 import argparse
@@ -30,6 +38,7 @@ from mpi4py import MPI
 
 import mpicomp
 import mpicomp.torch as mt
+from mpicomp.optim import ACCO, ZeRO1
 
 VOCAB = 256
 
@@ -46,18 +55,27 @@ def parse_args(argv=None):
     p.add_argument("--min-bytes", type=int, default=0,
                    help="messages smaller than this go uncompressed (mpicomp.config.min_bytes); 0 compresses "
                         "everything, which a small model needs to show the policies' effect")
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--width", type=int, default=64)
-    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--optimizer", choices=("adamw", "zero1", "acco"), default="adamw",
+                   help="adamw: replicated AdamW; zero1 / acco: mpicomp.optim over mesh.dp (see above)")
+    p.add_argument("--acco-max-micro-batches", type=int, default=None,
+                   help="acco: most micro-batches per round per rank (default: --micro-batches, deterministic)")
+    p.add_argument("--slow-rank", type=int, default=None,
+                   help="this rank sleeps in every micro-batch as long as the micro-batch took (2x slower)")
+    p.add_argument("--layers", type=int, default=2, help="transformer blocks")
+    p.add_argument("--width", type=int, default=64, help="model width (embedding size)")
+    p.add_argument("--heads", type=int, default=4, help="attention heads")
     p.add_argument("--context", type=int, default=64, help="tokens (bytes) per sequence")
     p.add_argument("--batch", type=int, default=16, help="sequences per step per data-parallel replica")
-    p.add_argument("--micro-batches", type=int, default=2, help="GPipe micro-batches per step (divides --batch)")
+    p.add_argument("--micro-batches", type=int, default=2,
+                   help="micro-batches per step (divides --batch): GPipe's, or gradient accumulation (zero1), "
+                        "or per round (acco: two rounds per step)")
     p.add_argument("--lr", type=float, default=3e-3, help="AdamW learning rate")
-    p.add_argument("--steps", type=int, default=100)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--steps", type=int, default=100, help="optimizer steps")
+    p.add_argument("--seed", type=int, default=0, help="seed of the model and the batches")
     p.add_argument("--corpus-bytes", type=int, default=4 << 20, help="bytes of standard-library source to train on")
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
-    p.add_argument("--log", default="train_gpt.json", help="JSON log written by rank 0")
+    p.add_argument("--json", "--log", dest="json", default=None, metavar="PATH",
+                   help="write a JSON log of every step here (rank 0); default: none")
     args = p.parse_args(argv)
     for name in ("layers", "width", "heads", "context", "batch", "micro_batches", "steps", "corpus_bytes", "threads"):
         if getattr(args, name) < 1:
@@ -67,6 +85,8 @@ def parse_args(argv=None):
               (args.layers % args.pp, f"--layers {args.layers} must be a multiple of --pp {args.pp}"),
               (args.batch % args.micro_batches,
                f"--batch {args.batch} must be a multiple of --micro-batches {args.micro_batches}")]
+    if args.optimizer != "adamw":
+        checks.append((args.pp != 1, f"--optimizer {args.optimizer} needs --pp 1"))
     for bad, message in checks:
         if bad:
             p.error(message)
@@ -165,15 +185,86 @@ def cross_entropy(logits, targets):
     return F.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1))
 
 
-def progress(step, steps, loss, tokens_per_s, step_bytes):
+def progress(step, steps, loss, tokens_per_s, sent, plain, extra):
     width = 24
     done = width * step // steps
+    ratio = plain / sent if sent else 1.0
     line = (f"[{'#' * done}{'.' * (width - done)}] step {step}/{steps} loss {loss:.4f} "
-            f"{tokens_per_s:,.0f} tok/s {step_bytes / 1e6:.3f} MB/step")
+            f"{tokens_per_s:,.0f} tok/s {sent / 1e6:.3f} MB/step sent ({plain / 1e6:.3f} MB uncompressed, "
+            f"{ratio:.2f}x){extra}")
     if sys.stdout.isatty():
         print("\r" + line, end="\n" if step == steps else "", flush=True)
     elif step == steps or step % max(1, steps // 10) == 0:
         print(line, flush=True)
+
+
+def wire_bytes():
+    """(bytes sent, bytes the same calls would send uncompressed) by this rank's mpicomp
+    collectives since the last mpicomp.reset_stats()."""
+    s = mpicomp.stats().values()
+    return sum(c["bytes_wire"] for c in s), sum(c["bytes_plain"] for c in s)
+
+
+class Trainer:
+    """One optimizer step of the chosen --optimizer; returns (mean loss, micro-batches this
+    rank ran, seconds it waited for communication, micro-batches of all ranks)."""
+
+    def __init__(self, args, mesh, policy, model, data):
+        self.args, self.mesh, self.policy, self.model, self.data = args, mesh, policy, model, data
+        self.micro = args.batch // args.micro_batches
+        self.pipe = mt.GPipe(model, mesh.pp, activation_shape=(self.micro, args.context, args.width), policy=policy)
+        self.slow = args.slow_rank == mesh.comm.Get_rank()
+        codec = policy.codec("dp", "gradients")
+        if args.optimizer == "adamw":
+            self.opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
+        elif args.optimizer == "zero1":
+            self.opt = ZeRO1(model.parameters(), torch.optim.AdamW, comm=mesh.dp, grad_codec=codec,
+                             error_feedback=policy.dp_error_feedback, lr=args.lr, weight_decay=0.0)
+        else:
+            # two rounds per step: half of --micro-batches in each, so a step sees as many
+            # tokens as the other optimizers' (when fast ranks add none)
+            k = max(1, args.micro_batches // 2)
+            self.opt = ACCO(model.parameters(), torch.optim.AdamW, comm=mesh.dp, min_micro_batches=k,
+                            max_micro_batches=args.acco_max_micro_batches or k, grad_codec=codec,
+                            error_feedback=policy.dp_error_feedback, lr=args.lr, weight_decay=0.0)
+            self.index = 0
+
+    def _slow_down(self, seconds):
+        if self.slow:
+            time.sleep(seconds)
+
+    def _micro_batch(self):
+        """ACCO's closure: the next micro-batch of this replica's stream, the same data the
+        other optimizers see at the same token count."""
+        step, part = divmod(self.index, self.args.micro_batches)
+        self.index += 1
+        inputs, targets = batch(self.data, self.args, step + 1, self.mesh.dp_rank)
+        start = time.perf_counter()
+        loss = self.pipe.step([inputs.split(self.micro)[part]], [targets.split(self.micro)[part]], cross_entropy)
+        self._slow_down(time.perf_counter() - start)
+        return loss
+
+    def step(self, step):
+        args, mesh = self.args, self.mesh
+        if args.optimizer == "acco":
+            loss = self.opt.step(self._micro_batch)
+            return loss, self.opt.stats["micro_batches"], self.opt.stats["comm_wait_s"], \
+                self.opt.stats["total_micro_batches"]
+        inputs, targets = batch(self.data, args, step, mesh.dp_rank)
+        self.opt.zero_grad(set_to_none=False)
+        start = time.perf_counter()
+        loss = self.pipe.step(list(inputs.split(self.micro)), list(targets.split(self.micro)), cross_entropy)
+        self._slow_down(time.perf_counter() - start)
+        if args.optimizer == "adamw":
+            start = time.perf_counter()
+            mt.allreduce_gradients(self.model, comm=mesh.dp, codec=self.policy.codec("dp", "gradients"),
+                                   error_feedback=self.policy.dp_error_feedback)
+            wait = time.perf_counter() - start
+            self.opt.step()
+        else:
+            self.opt.step()
+            wait = self.opt.stats["comm_wait_s"]
+        return loss, args.micro_batches, wait, args.micro_batches * mesh.dp_size
 
 
 def main(argv=None):
@@ -181,53 +272,72 @@ def main(argv=None):
     world = MPI.COMM_WORLD
     torch.set_num_threads(args.threads)  # under mpiexec torch would drop to one thread
     mpicomp.config.min_bytes = args.min_bytes
-    mpicomp.config.compress_local = 1  # one machine stands in for several nodes
     mesh = mt.Mesh(dp=args.dp, tp=args.tp, pp=args.pp, comm=world)
     policy = mt.Policy.preset(args.policy, aggressive=args.aggressive, mild=args.mild)
     data = load_corpus(args.corpus_bytes)
     model = Stage(args, mesh, policy)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
-    micro = args.batch // args.micro_batches
-    pipe = mt.GPipe(model, mesh.pp, activation_shape=(micro, args.context, args.width), policy=policy)
+    trainer = Trainer(args, mesh, policy, model, data)
     params = count_parameters(model, mesh)
+    opt = trainer.opt
     log = {"args": vars(args), "world_size": world.Get_size(), "parameters": params,
            "mesh": {"dp": mesh.dp_size, "tp": mesh.tp_size, "pp": mesh.pp_size},
            "policy": policy.describe(), "corpus_bytes": int(data.size), "steps": []}
+
     if world.Get_rank() == 0:
-        print(f"# {params:,} parameters, {mesh}, policy {args.policy}: {policy.describe()}", flush=True)
+        print(f"# {params:,} parameters, {mesh}, policy {args.policy}: {policy.describe()}, "
+              f"optimizer {args.optimizer}", flush=True)
+    tokens = 0
     for step in range(1, args.steps + 1):
         mt.traffic.reset()
+        mpicomp.reset_stats()
         start = time.perf_counter()
-        inputs, targets = batch(data, args, step, mesh.dp_rank)
-        optimizer.zero_grad(set_to_none=False)
-        loss = pipe.step(list(inputs.split(micro)), list(targets.split(micro)), cross_entropy)
-        mt.allreduce_gradients(model, comm=mesh.dp, codec=policy.codec("dp", "gradients"),
-                               error_feedback=policy.dp_error_feedback)
-        optimizer.step()
+        loss, micro_batches, wait, total_micro = trainer.step(step)
         elapsed = world.allreduce(time.perf_counter() - start, op=MPI.MAX)
         loss = mesh.dp.allreduce(loss) / mesh.dp_size
-        sent = world.gather(dict(mt.traffic.bytes), root=0)
+        sent = world.gather((dict(mt.traffic.bytes), wire_bytes(), micro_batches, wait), root=0)
         if world.Get_rank() == 0:
             by_kind = {}
-            for rank_bytes in sent:
+            for rank_bytes, _, _, _ in sent:
                 for (dim, kind), n in rank_bytes.items():
                     by_kind[f"{dim}.{kind}"] = by_kind.get(f"{dim}.{kind}", 0) + n
             total = sum(by_kind.values())
-            tokens_per_s = mesh.dp_size * args.batch * args.context / elapsed
-            log["steps"].append({"step": step, "loss": loss, "seconds": elapsed, "tokens_per_s": tokens_per_s,
-                                 "bytes": total, "bytes_by_kind": by_kind})
-            progress(step, args.steps, loss, tokens_per_s, total)
+            wire, plain = (sum(s[1][i] for s in sent) for i in (0, 1))
+            step_tokens = total_micro * trainer.micro * args.context
+            tokens += step_tokens
+            per_rank = [s[2] for s in sent]
+            waits = [s[3] for s in sent]
+            log["steps"].append({"step": step, "loss": loss, "seconds": elapsed, "tokens": tokens,
+                                 "tokens_per_s": step_tokens / elapsed, "bytes": total, "bytes_by_kind": by_kind,
+                                 "wire_bytes": wire, "plain_bytes": plain, "micro_batches": per_rank,
+                                 "comm_wait_s": waits})
+            extra = f" micro-batches {per_rank} comm wait {max(waits) * 1e3:.1f} ms"
+            progress(step, args.steps, loss, step_tokens / elapsed, wire, plain, extra)
+    state = opt.optimizer_state_bytes() if hasattr(opt, "optimizer_state_bytes") else \
+        sum(v.numel() * v.element_size() for s in opt.state.values() for v in s.values() if torch.is_tensor(v))
+    states = world.gather(state, root=0)
     if world.Get_rank() == 0:
-        tail = log["steps"][-max(1, args.steps // 10):]
+        steps = log["steps"]
+        tail = steps[-max(1, args.steps // 10):]
         log["final_loss"] = sum(s["loss"] for s in tail) / len(tail)
-        log["bytes_per_step"] = sum(s["bytes"] for s in log["steps"]) / args.steps
+        log["optimizer_state_bytes"] = max(states)  # per rank, after the run (AdamW's moments and steps)
+        log["bytes_per_step"] = sum(s["bytes"] for s in steps) / args.steps
+        log["wire_bytes_per_step"] = sum(s["wire_bytes"] for s in steps) / args.steps
+        log["plain_bytes_per_step"] = sum(s["plain_bytes"] for s in steps) / args.steps
         # The median of the steps after the first (warm-up) ones: robust to a stray slow step.
-        log["seconds_per_step"] = statistics.median(s["seconds"] for s in log["steps"][min(5, args.steps - 1):])
-        with open(args.log, "w") as f:
-            json.dump(log, f, indent=1)
+        later = steps[min(5, args.steps - 1):]
+        log["seconds_per_step"] = statistics.median(s["seconds"] for s in later)
+        log["seconds_per_token"] = sum(s["seconds"] for s in later) / sum(s["tokens_per_s"] * s["seconds"]
+                                                                           for s in later)
+        log["comm_wait_s_per_step"] = statistics.median(max(s["comm_wait_s"]) for s in later)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(log, f, indent=1)
         print(f"final loss {log['final_loss']:.4f} (mean of the last {len(tail)} steps), "
-              f"{log['bytes_per_step'] / 1e6:.3f} MB sent per step (all ranks), "
-              f"{log['seconds_per_step'] * 1e3:.1f} ms per step (median); log: {args.log}", flush=True)
+              f"{log['wire_bytes_per_step'] / 1e6:.3f} MB sent per step (all ranks; uncompressed "
+              f"{log['plain_bytes_per_step'] / 1e6:.3f} MB), "
+              f"{log['seconds_per_step'] * 1e3:.1f} ms per step (median), "
+              f"{log['seconds_per_token'] * 1e6:.2f} us per token"
+              + (f"; log: {args.json}" if args.json else ""), flush=True)
 
 
 if __name__ == "__main__":

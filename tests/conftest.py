@@ -1,12 +1,12 @@
-"""Serial test session. tests/mpi, tests/torch/mpi and tests/gpu/mpi hold the multi-rank
-tests: test_mpi_launch.py runs them under mpiexec with 2, 3 and 4 ranks. Collected here, in
-one process, they would pair ranks that do not exist (a send to oneself blocks like MPI_Send
-does), so a serial run leaves them out; named on the command line without mpiexec they skip
-(tests/_ranks.py says how to run them)."""
+"""Serial test session. tests/mpi, tests/torch/mpi, tests/gpu/mpi and tests/optim/mpi hold the
+multi-rank tests: test_mpi_launch.py runs them under mpiexec with 2, 3 and 4 ranks. Collected
+here, in one process, they would pair ranks that do not exist (a send to oneself blocks like
+MPI_Send does), so a serial run leaves them out; named on the command line without mpiexec
+they skip (tests/_ranks.py says how to run them)."""
 import os
 from collections import Counter
 
-collect_ignore = [] if "PMI_RANK" in os.environ else ["mpi", "torch/mpi", "gpu/mpi"]
+collect_ignore = [] if "PMI_RANK" in os.environ else ["mpi", "torch/mpi", "gpu/mpi", "optim/mpi"]
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -46,13 +46,13 @@ def test_check_program_detects_a_looser_codec(program):
 
 def stats_rows(stdout):
     """The interposer's table at MPI_Finalize: collective -> (calls, compressed, bytes in, bytes
-    on the wire, ratio, time, {reason: uncompressed calls})."""
+    on the wire, saving, time, {reason: uncompressed calls})."""
     rows = {}
     for line in stdout.splitlines():
         f = line.split()
         if f and f[0] in ("allreduce", "reduce_scatter", "allgather"):
             reasons = {} if f[7] == "-" else {k: int(v) for k, v in (kv.split("=") for kv in f[7].split(","))}
-            rows[f[0]] = (int(f[1]), int(f[2]), float(f[3]), float(f[4]), float(f[5]), float(f[6]), reasons)
+            rows[f[0]] = (int(f[1]), int(f[2]), float(f[3]), float(f[4]), float(f[5].rstrip("x")), float(f[6]), reasons)
     return rows
 
 
@@ -63,8 +63,9 @@ def test_stats_table_at_finalize(program):
     calls, compressed, bytes_in, wire, ratio, _, reasons = rows["allreduce"]
     assert compressed > 0 and calls > compressed  # small and integer calls pass through...
     assert calls == compressed + sum(reasons.values()) and {"small", "datatype", "op"} <= set(reasons), reasons
-    assert wire < bytes_in / 3 and ratio > 3      # int4: ~7.8x smaller per stage
-    assert rows["reduce_scatter"][1] > 0 and rows["allgather"][1] > 0
+    assert wire < bytes_in / 2 and ratio > 2      # int4 on the large float sums, the rest as it is
+    for coll in ("reduce_scatter", "allgather"):  # nothing large passes through: int4's 7.76x
+        assert rows[coll][1] > 0 and 7.5 < rows[coll][4] < 7.8, rows[coll]
 
 
 def test_stats_under_codec_none_count_nothing_as_compressed(program):

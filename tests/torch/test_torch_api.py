@@ -94,6 +94,8 @@ def test_traffic_counts_the_codec_bytes():
     assert t.bytes[("dp", "gradients")] == 2 * 3 * mpicomp.codec("int4").encoded_bytes(1 << 16) // 4
     t.send(("pp", "forward"), torch.zeros(10), "int4")  # below min_bytes: sent uncompressed
     assert t.bytes[("pp", "forward")] == 40
+    dp = 2 * 3 * mpicomp.codec("int4").encoded_bytes(1 << 16) // 4 / 1e6
+    assert repr(t) == f"Traffic(total {dp + 40e-6:.3f} MB; dp/gradients: {dp:.3f} MB, pp/forward: 0.000 MB)"
 
 
 def test_one_rank_layers_are_plain_linear():

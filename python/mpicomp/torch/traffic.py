@@ -51,6 +51,11 @@ class Traffic:
     def reset(self):
         self.bytes.clear()
 
+    def __repr__(self):
+        parts = ", ".join(f"{'/'.join(map(str, k)) if isinstance(k, tuple) else k}: {v / 1e6:.3f} MB"
+                          for k, v in sorted(self.bytes.items(), key=lambda kv: str(kv[0])))
+        return f"Traffic(total {self.total() / 1e6:.3f} MB" + (f"; {parts})" if parts else ")")
+
 
 traffic = Traffic()
 """The counter every mpicomp.torch layer and hook records into (this process's traffic)."""

@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""Sharded optimizers on examples/train_gpt.py, side by side in one invocation: each
+--optimizer runs with the same seed and flags, one after the other, and the summary (final
+loss, time per token, comm wait, optimizer memory) goes to bench/results/optim-NAME.json,
+with loss-vs-tokens and loss-vs-seconds plots in optim-NAME.png.
+
+    bench/optim_compare.py NAME [--np 4] [--optimizers adamw,zero1,acco] [--netem 1gbit] -- TRAIN_GPT_FLAGS...
+
+--netem RATE runs every training under bench/netem (one shaped link shared by the ranks).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(opt, args, flags, tmp):
+    log = Path(tmp) / f"{opt}.json"
+    cmd = [str(Path(sys.executable).parent / "mpiexec"), "-n", str(args.np), sys.executable,
+           str(ROOT / "examples" / "train_gpt.py"), *flags, "--optimizer", opt, "--json", str(log)]
+    if args.netem:
+        cmd = [sys.executable, str(ROOT / "bench" / "netem"), "--rate", args.netem, "--", *cmd]
+    print("#", " ".join(cmd), flush=True)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
+    if r.returncode:
+        sys.exit(f"{opt} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+    print(r.stdout.strip().splitlines()[-1], flush=True)
+    return json.loads(log.read_text())
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("name", help="results go to bench/results/optim-NAME.{json,png}")
+    p.add_argument("--np", type=int, default=4, help="ranks")
+    p.add_argument("--optimizers", default="adamw,zero1,acco", help="comma-separated --optimizer values")
+    p.add_argument("--netem", default=None, help="emulated link rate, e.g. 1gbit (needs root)")
+    argv = sys.argv[1:]
+    cut = argv.index("--") if "--" in argv else len(argv)
+    a = p.parse_args(argv[:cut])
+    flags = argv[cut + 1:]  # for examples/train_gpt.py
+    with tempfile.TemporaryDirectory() as tmp:
+        logs = {opt: run(opt, a, flags, tmp) for opt in a.optimizers.split(",")}
+    summary = {"command": " ".join(sys.argv), "np": a.np, "netem": a.netem, "flags": flags, "runs": {}}
+    for opt, log in logs.items():
+        steps = log["steps"]
+        summary["runs"][opt] = {
+            "final_loss": log["final_loss"], "seconds_per_step": log["seconds_per_step"],
+            "seconds_per_token": log["seconds_per_token"], "comm_wait_s_per_step": log["comm_wait_s_per_step"],
+            "wire_bytes_per_step": log["wire_bytes_per_step"], "plain_bytes_per_step": log["plain_bytes_per_step"],
+            "tokens": steps[-1]["tokens"], "seconds": sum(s["seconds"] for s in steps),
+            "optimizer_state_bytes_per_rank": log.get("optimizer_state_bytes"),
+            "micro_batches_last_step": steps[-1]["micro_batches"],
+            "loss": [s["loss"] for s in steps], "tokens_at": [s["tokens"] for s in steps],
+            "seconds_at": [sum(t["seconds"] for t in steps[:i + 1]) for i in range(len(steps))]}
+    base = summary["runs"].get("zero1")
+    if base:
+        for r in summary["runs"].values():
+            r["time_per_token_vs_zero1"] = r["seconds_per_token"] / base["seconds_per_token"]
+    out = ROOT / "bench" / "results" / f"optim-{a.name}"
+    out.with_suffix(".json").write_text(json.dumps(summary, indent=1))
+    for opt, r in summary["runs"].items():
+        print(f"{opt:6s} final loss {r['final_loss']:.4f}  {r['seconds_per_token'] * 1e6:8.2f} us/token  "
+              f"({r.get('time_per_token_vs_zero1', 1):.2f}x zero1)  comm wait {r['comm_wait_s_per_step'] * 1e3:.1f} "
+              f"ms/step  state {r['optimizer_state_bytes_per_rank']} B/rank  mb {r['micro_batches_last_step']}")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for opt, r in summary["runs"].items():
+        axes[0].plot(r["tokens_at"], r["loss"], label=opt)
+        axes[1].plot(r["seconds_at"], r["loss"], label=opt)
+    axes[0].set_xlabel("tokens")
+    axes[1].set_xlabel("seconds")
+    for ax in axes:
+        ax.set_ylabel("training loss")
+        ax.legend()
+    fig.suptitle(f"optim-{a.name}: {a.np} ranks" + (f", {a.netem} link" if a.netem else ""))
+    fig.tight_layout()
+    fig.savefig(out.with_suffix(".png"), dpi=80)
+
+
+if __name__ == "__main__":
+    main()

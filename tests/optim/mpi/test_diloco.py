@@ -1,0 +1,247 @@
+"""DiLoCo against independent references (torch's own optimizers on single-process models,
+averages exchanged with plain mpi4py), its fragments, bit-identical replicas with lossy
+codecs, checkpoints (also loaded by fewer and more workers), and errors on every rank."""
+import os
+import tempfile
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from mpi4py import MPI
+
+import mpicomp
+from mpicomp.optim import DiLoCo
+
+WORLD = MPI.COMM_WORLD
+RANK, N = WORLD.Get_rank(), WORLD.Get_size()
+
+
+def toy_model(seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 16), torch.nn.Tanh(),
+                               torch.nn.Linear(16, 4))
+
+
+def batch(step, rank=RANK):
+    g = torch.Generator().manual_seed(1000 * rank + step)
+    x = torch.randn(5, 8, generator=g)
+    return x, torch.sin(2 * x[:, :4])
+
+
+def inner_step(model, opt, step, rank=RANK):
+    x, y = batch(step, rank)
+    opt.zero_grad()
+    F.mse_loss(model(x), y).backward()
+    opt.step()
+
+
+def flat(model):
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def same_on_all_ranks(t, comm=WORLD):
+    """True if t is bit-identical on every rank of comm."""
+    return all(np.array_equal(a, t.numpy()) for a in comm.allgather(t.numpy()))
+
+
+@pytest.fixture
+def tmp_path_shared():
+    """A directory every rank sees (rank 0 makes it)."""
+    d = WORLD.bcast(tempfile.mkdtemp(prefix="diloco-") if RANK == 0 else None)
+    yield d
+    WORLD.Barrier()
+
+
+@pytest.mark.parametrize("islands", [False, True])
+def test_h1_outer_lr1_equals_synchronous_sgd(islands):
+    # islands: one island of all ranks (gradients averaged every step), one outer worker
+    kw = dict(inner_comm=WORLD, comm=MPI.COMM_SELF) if islands else dict(comm=WORLD)
+    model = toy_model()
+    opt = DiLoCo(model, torch.optim.SGD(model.parameters(), lr=0.1), sync_every=1, outer_lr=1.0,
+                 outer_momentum=0.0, **kw)
+    ref = toy_model()
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    for step in range(4):
+        inner_step(model, opt, step)
+        xs, ys = zip(*(batch(step, r) for r in range(N)))  # equal batches: mean of means = mean
+        ref_opt.zero_grad()
+        F.mse_loss(ref(torch.cat(xs)), torch.cat(ys)).backward()
+        ref_opt.step()
+        torch.testing.assert_close(flat(model), flat(ref), rtol=0, atol=2e-6)
+    assert opt.outer_steps == 4 and same_on_all_ranks(flat(model))
+
+
+def test_outer_nesterov_matches_torch_sgd():
+    H = 3
+    model = toy_model()
+    opt = DiLoCo(model, torch.optim.AdamW(model.parameters(), lr=1e-2), sync_every=H)
+    # the reference: the same inner AdamW on a copy, the mean outer gradient in float64 over
+    # mpi4py, and torch's SGD(nesterov=True) on a global copy
+    local = toy_model()
+    local_opt = torch.optim.AdamW(local.parameters(), lr=1e-2)
+    glob = torch.nn.Parameter(flat(local).clone())
+    outer = torch.optim.SGD([glob], lr=0.7, momentum=0.9, nesterov=True)
+    for step in range(3 * H):
+        inner_step(model, opt, step)
+        inner_step(local, local_opt, step)
+        if (step + 1) % H == 0:
+            delta = (glob.detach() - flat(local)).double().numpy()
+            glob.grad = torch.from_numpy(WORLD.allreduce(delta) / N).float()
+            outer.step()
+            torch.nn.utils.vector_to_parameters(glob.detach().clone(), local.parameters())  # a copy, not a view
+            torch.testing.assert_close(flat(model), glob.detach(), rtol=0, atol=1e-6)
+            assert same_on_all_ranks(flat(model))
+    assert opt.outer_steps == 3
+
+
+def test_fragments_cover_every_parameter_once_and_sync_staggered():
+    H, Fr = 6, 3
+    model = toy_model()
+    opt = DiLoCo(model, torch.optim.SGD(model.parameters(), lr=0.05), sync_every=H, fragments=Fr)
+    b = opt.fragment_bounds
+    assert b[0] == 0 and b[-1] == len(opt.params) and all(x < y for x, y in zip(b, b[1:]))
+    assert sum(g.numel() for g in opt.global_params) == sum(p.numel() for p in model.parameters())
+    synced = {f: [] for f in range(Fr)}
+    for step in range(2 * H):
+        before = [g.detach().clone() for g in opt.global_params]
+        inner_step(model, opt, step)
+        s = step + 1
+        for f in range(Fr):
+            moved = not torch.equal(before[f], opt.global_params[f].detach())
+            frag = torch.cat([p.detach().reshape(-1) for p in opt._fragment(f)])
+            if moved:
+                synced[f].append(s)
+                assert same_on_all_ranks(frag)  # local := global after its outer step
+            elif N > 1:
+                assert not same_on_all_ranks(frag)  # still apart: each rank trains on its own data
+    assert synced == {f: [s for s in range(1, 2 * H + 1) if (s - f * H // Fr) % H == 0] for f in range(Fr)}
+
+
+def test_int4_error_feedback_replicas_bit_identical():
+    mpicomp.config.min_bytes = 0  # compress even this small model
+    model = toy_model()
+    opt = DiLoCo(model, torch.optim.AdamW(model.parameters(), lr=1e-2), sync_every=2, codec="int4",
+                 error_feedback=True, fragments=2)
+    for step in range(8):
+        inner_step(model, opt, step)
+        for f in opt.due(step + 1):  # just synced: bit-identical on every rank
+            assert same_on_all_ranks(torch.cat([p.detach().reshape(-1) for p in opt._fragment(f)]))
+    assert all(ef.residual is not None for ef in opt.feedback)
+    raw = 4 * sum(p.numel() for p in model.parameters()) * 2 * (N - 1) / N * 4  # 4 syncs per fragment
+    assert 0 < opt.bytes_sent < raw / 4  # int4: about 7x fewer bytes than fp32
+
+
+def test_checkpoint_round_trip_bit_exact(tmp_path_shared):
+    path = os.path.join(tmp_path_shared, "ck.pt")
+    model = toy_model()
+    opt = DiLoCo(model, torch.optim.AdamW(model.parameters(), lr=1e-2), sync_every=2)
+    for step in range(4):
+        inner_step(model, opt, step)
+    opt.save(path, data_position={"step": 4})
+    for step in range(4, 8):
+        inner_step(model, opt, step)
+    want = flat(model)
+    model2 = toy_model(seed=5)
+    opt2 = DiLoCo(model2, torch.optim.AdamW(model2.parameters(), lr=1e-2), sync_every=2)
+    assert opt2.load(path) == {"step": 4} and opt2.inner_step == 4
+    for step in range(4, 8):
+        inner_step(model2, opt2, step)
+    assert torch.equal(flat(model2), want)
+
+
+def _train_and_save(comm, path, steps=4):
+    model = toy_model()
+    opt = DiLoCo(model, torch.optim.AdamW(model.parameters(), lr=1e-2), comm=comm, sync_every=2)
+    for step in range(steps):
+        inner_step(model, opt, step)
+    opt.save(path, data_position=steps)
+    return opt
+
+
+@pytest.mark.parametrize("change", ["fewer", "more"])
+def test_resume_with_fewer_and_more_workers(tmp_path_shared, change):
+    # "fewer": all ranks save, ranks 0..N-2 resume (the last is its own group of one);
+    # "more": ranks 0..N-2 save (the last saves elsewhere, alone), all ranks resume
+    small = WORLD.Split(0 if RANK < N - 1 else 1, RANK)
+    path = os.path.join(tmp_path_shared, f"{change}.pt")
+    save_comm, load_comm = (WORLD, small) if change == "fewer" else (small, WORLD)
+    own = path if save_comm is WORLD or RANK < N - 1 else path + ".alone"
+    saved = _train_and_save(save_comm, own)
+    model = toy_model(seed=7)
+    inner = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    opt = DiLoCo(model, inner, comm=load_comm, sync_every=2)
+    load_path = path if load_comm is WORLD or RANK < N - 1 else own
+    assert opt.load(load_path) == 4 and opt.inner_step == 4
+    written = WORLD.bcast(torch.cat([g.detach() for g in saved.global_params]))  # what rank 0 wrote
+    assert torch.equal(flat(model), written)
+    # worker i of load_comm takes saved worker i: WORLD rank i's state in both cases
+    saved_states = WORLD.allgather([saved.inner_optimizer.state[p]["exp_avg"] for p in saved.params])
+    if change == "more" and RANK == N - 1:
+        assert len(inner.state) == 0  # a joining worker starts its inner state fresh
+    else:
+        want = saved_states[load_comm.Get_rank()]
+        assert all(torch.equal(inner.state[q]["exp_avg"], w) for q, w in zip(opt.params, want))
+    for step in range(4, 6):  # and training goes on, replicas equal after the outer step
+        inner_step(model, opt, step)
+    assert same_on_all_ranks(flat(model), load_comm)
+    small.Free()
+
+
+def _raises_everywhere(cls, fn, match=None):
+    with pytest.raises(cls, match=match):
+        fn()
+
+
+def test_bad_checkpoints_raise_on_every_rank(tmp_path_shared):
+    path = os.path.join(tmp_path_shared, "good.pt")
+    _train_and_save(WORLD, path)
+    if RANK == 0:
+        data = open(path, "rb").read()
+        open(path + ".cut", "wb").write(data[:len(data) // 2])
+        open(path + ".junk", "wb").write(b"not a checkpoint at all")
+    WORLD.Barrier()
+    model = toy_model()
+    for bad in (path + ".cut", path + ".junk", path + ".missing"):
+        opt = DiLoCo(model, torch.optim.AdamW(model.parameters()), sync_every=2)
+        _raises_everywhere(mpicomp.ArgumentError, lambda: opt.load(bad), "checkpoint")
+    other = torch.nn.Sequential(torch.nn.Linear(8, 4))
+    opt = DiLoCo(other, torch.optim.AdamW(other.parameters()), sync_every=2)
+    _raises_everywhere(mpicomp.ShapeMismatchError, lambda: opt.load(path), "another model")
+    opt = DiLoCo(model, torch.optim.AdamW(model.parameters()), sync_every=3)
+    _raises_everywhere(mpicomp.ArgumentError, lambda: opt.load(path), "sync_every=2")
+
+
+def test_bad_or_different_arguments_raise_on_every_rank():
+    model = toy_model()
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+    _raises_everywhere(mpicomp.ArgumentError, lambda: DiLoCo(model, sgd, fragments=0 if RANK == N - 1 else 1))
+    _raises_everywhere(mpicomp.ShapeMismatchError, lambda: DiLoCo(model, sgd, sync_every=10 + (RANK == N - 1)),
+                       "sync_every")
+    _raises_everywhere(mpicomp.CodecError, lambda: DiLoCo(model, sgd, codec="int3" if RANK == 0 else "int8"))
+
+
+class Boom(RuntimeError):
+    pass
+
+
+@pytest.mark.parametrize("where", ["inner_optimizer", "training_loop", "island"])
+def test_a_worker_raising_between_outer_steps_makes_every_rank_raise(where):
+    model = toy_model()
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+    kw = dict(inner_comm=WORLD, comm=MPI.COMM_SELF) if where == "island" else {}
+    opt = DiLoCo(model, sgd, sync_every=4, **kw)
+    bad = N - 1
+    if RANK == bad and where != "training_loop":
+        def fail(closure=None):
+            raise Boom("inner step failed")
+        sgd.step = fail
+    expected = Boom if RANK == bad else mpicomp.ShapeMismatchError
+    with pytest.raises(expected, match="failed"):
+        with opt:
+            for step in range(8):
+                if where == "training_loop" and RANK == bad and step == 1:
+                    raise Boom("data loader failed")
+                inner_step(model, opt, step)
+    with pytest.raises(mpicomp.ArgumentError, match="earlier step failed"):
+        opt.step()
