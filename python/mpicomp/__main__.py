@@ -1,4 +1,4 @@
-"""python -m mpicomp [--preload]: the settings, or the path of the LD_PRELOAD interposer."""
+"""python -m mpicomp [--preload | --libs | --version]: the settings, the interposer's path or link flags, the version."""
 import sys
 
 from .config import main
