@@ -61,6 +61,13 @@ int checked_dtype(const py::array& a, const char* name) {
   if (!(a.flags() & py::array::c_style))
     throw Error(ErrorKind::argument, std::string(name) + " must be C-contiguous (got strides " + strides_of(a) +
                                          "); pass np.ascontiguousarray(" + name + ")");
+  // numpy's type character is the same for both byte orders: a foreign one would be summed
+  // as if it were native. (numpy reports the native order as '=', a foreign one as '<' or '>'.)
+  const char order = a.dtype().byteorder();
+  if (order == '<' || order == '>')
+    throw Error(ErrorKind::argument, std::string(name) + " has non-native byte order (dtype " +
+                                         std::string(py::str(a.dtype().attr("str"))) + "); pass " + name +
+                                         ".astype(" + name + ".dtype.newbyteorder('='))");
   int dt = numpy_dtype(a.dtype().char_());
   if (dt < 0)
     throw Error(ErrorKind::codec, std::string(name) + " has dtype " + std::string(py::str(a.dtype())) +
@@ -69,11 +76,19 @@ int checked_dtype(const py::array& a, const char* name) {
 }
 
 // The rules of dtype, codec and op together, for numpy arrays and torch tensors alike.
-void check_combination(int dt, int codec, bool avg) {
+void check_combination(int dt, int codec, bool avg, bool reduces) {
   if (dt >= int(DType::i8) && codec != int(CodecId::none))
     throw Error(ErrorKind::codec, std::string("codec '") + codec_name(CodecId(codec)) +
                                       "' compresses floating-point data only, but x has dtype " + dtype_name(DType(dt)) +
                                       "; use codec='none' for integer arrays");
+  // Lossy codecs quantise float32, and reductions accumulate decoded frames in float32:
+  // either would round float64, or overflow it to inf. Lossless frames move float64 exactly.
+  const bool lossless = is_lossless(CodecId(codec));
+  if (dt == int(DType::f64) && codec != int(CodecId::none) && (!lossless || reduces))
+    throw Error(ErrorKind::codec, std::string("codec '") + codec_name(CodecId(codec)) + "' " +
+                                      (lossless ? "sums in float32" : "computes in float32") +
+                                      ", but x has dtype float64, whose values it would round (or overflow to inf); "
+                                      "use codec='none' for float64 (exact), or pass x.astype('float32') to compress");
   if (dt >= int(DType::i8) && avg)
     throw Error(ErrorKind::argument, std::string("op='avg' needs a floating-point x, got dtype ") +
                                          dtype_name(DType(dt)));
@@ -86,6 +101,17 @@ struct NumpyArgs {
   size_t n;
   int dt;
 };
+
+// The collectives read x while they write out: out may be x itself (allreduce in place), but
+// any other overlap would read values already overwritten.
+void refuse_partial_overlap(const void* x, size_t xbytes, const void* y, size_t ybytes, bool in_place_ok) {
+  auto xa = reinterpret_cast<uintptr_t>(x), ya = reinterpret_cast<uintptr_t>(y);
+  if (xbytes == 0 || ybytes == 0 || xa + xbytes <= ya || ya + ybytes <= xa) return;
+  if (in_place_ok && xa == ya && xbytes == ybytes) return;
+  throw Error(ErrorKind::argument, std::string("out overlaps x") + (in_place_ok ? " partially" : "") +
+                                       "; pass " + (in_place_ok ? "out=x (in place) or " : "") +
+                                       "an array that does not share x's memory");
+}
 
 NumpyArgs numpy_args(const py::array& x, py::handle out, int out_mode, int size) {
   int dt = checked_dtype(x, "x");
@@ -117,6 +143,7 @@ NumpyArgs numpy_args(const py::array& x, py::handle out, int out_mode, int size)
       throw Error(ErrorKind::argument, "out has " + std::to_string(y.size()) + " elements but the result has " +
                                            std::to_string(m));
     if (!y.writeable()) throw Error(ErrorKind::argument, "out is read-only");
+    refuse_partial_overlap(x.data(), size_t(x.nbytes()), y.data(), size_t(y.nbytes()), out_mode == 0);
   }
   return NumpyArgs{y, const_cast<void*>(x.data()), y.mutable_data(), n, dt};
 }
@@ -144,6 +171,10 @@ PYBIND11_MODULE(_core, m) {
     return py::make_tuple(t.y, reinterpret_cast<uintptr_t>(t.xp), reinterpret_cast<uintptr_t>(t.yp), t.n, t.dt);
   });
   m.def("check_combination", &check_combination);
+  m.def("refuse_partial_overlap", [](uintptr_t x, size_t xbytes, uintptr_t y, size_t ybytes, bool in_place_ok) {
+    refuse_partial_overlap(reinterpret_cast<const void*>(x), xbytes, reinterpret_cast<const void*>(y), ybytes,
+                           in_place_ok);
+  });
   // A whole collective on numpy arrays in one call (the common case; its checks are a few
   // hundred nanoseconds here against microseconds in Python). Argument errors reach the other
   // ranks through reject(), as in the Python path. Returns out.
@@ -155,7 +186,7 @@ PYBIND11_MODULE(_core, m) {
     NumpyArgs t;
     try {
       t = numpy_args(x, out, coll == int(Coll::reduce_scatter) ? 1 : coll == int(Coll::allgather) ? 2 : 0, size);
-      check_combination(t.dt, codec, avg);
+      check_combination(t.dt, codec, avg, coll != int(Coll::allgather));
     } catch (const Error&) {
       try {
         py::gil_scoped_release nogil;

@@ -139,7 +139,11 @@ MPICOMP_HD uint16_t f32_to_bf16(float f) {
   // One NaN for all NaNs: the GPU's arithmetic does not keep NaN payloads or signs as the
   // CPU's does, and the encoded bytes must not depend on where they were made.
   uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  return uint16_t((u & 0x7fffffffu) > 0x7f800000u ? 0x7fc0u : rounded);
+  // Finite values that round past bfloat16's largest (3.3895e38, within half a step of it)
+  // keep it: finite input never decodes to Inf.
+  uint32_t a = u & 0x7fffffffu;
+  rounded = a >= 0x7f7f8000u && a < 0x7f800000u ? ((u >> 16) & 0x8000u) | 0x7f7fu : rounded;
+  return uint16_t(a > 0x7f800000u ? 0x7fc0u : rounded);
 }
 MPICOMP_HD float bf16_to_f32(uint16_t h) { return bits_f32(uint32_t(h) << 16); }
 
@@ -179,11 +183,31 @@ MPICOMP_HD uint32_t abs_bits(float x) { return f32_bits(x) & 0x7fffffffu; }
 
 // The record's scale: what one quantisation step of magnitude qmax decodes to.
 MPICOMP_HD float int_scale(CodecId c, float absmax) {
-  return absmax_bad(absmax) ? bits_f32(0x7fc00000u) : absmax / float(qmax(c));
+  if (absmax_bad(absmax)) return bits_f32(0x7fc00000u);
+  float s = absmax / float(qmax(c));
+  // Rounded up, qmax * s passes the largest float for absmax near it: one step down keeps
+  // every decoded value of a finite block finite.
+  return float(qmax(c)) * s <= 3.402823466e+38f ? s : bits_f32(f32_bits(s) - 1u);
 }
-// Multiplier from value to quantised units; 0 for an all-zero (or poisoned) block.
+// Blocks whose absmax lies below 2^-64 are quantised lifted by 2^64 (x * 2^64 against
+// absmax * 2^64). Unlifted, qmax / absmax overflows float32 below ~3.7e-37 (int8) and
+// ~2.1e-38 (int4), and x * inf turned positive values into -qmax; lifted, the arithmetic also
+// stays off subnormal numbers, which some CPUs run tens of times slower. The record's scale
+// is absmax / qmax either way, so decoding does not know about it.
+MPICOMP_HD bool int_lifted(float absmax) { return absmax < 5.421010862427522e-20f; }  // 2^-64
+// x * 2^64 for |x| < 2^-64, exact and without subnormal arithmetic: a normal x's exponent
+// field moves up by 64; a subnormal one, m * 2^-149 for its integer mantissa m, becomes
+// m * 2^-85 (an integer conversion and a multiply of normal numbers).
+MPICOMP_HD float lift(float x) {
+  uint32_t b = f32_bits(x), mag = b & 0x7fffffffu;
+  uint32_t up = mag < 0x00800000u ? f32_bits(float(int32_t(mag)) * 2.5849394142282115e-26f) : mag + (64u << 23);
+  return bits_f32((b & 0x80000000u) | up);
+}
+// Multiplier from (lifted, for a lifted block) value to quantised units; 0 for an all-zero
+// (or poisoned) block.
 MPICOMP_HD float int_inv_scale(CodecId c, float absmax) {
-  return (absmax > 0.f && !absmax_bad(absmax)) ? float(qmax(c)) / absmax : 0.f;
+  if (!(absmax > 0.f) || absmax_bad(absmax)) return 0.f;
+  return float(qmax(c)) / (int_lifted(absmax) ? lift(absmax) : absmax);
 }
 // Quantisation of a finite x with a finite multiplier (every element of a block whose
 // absmax is finite): no NaN can arise, so the CPU loops need no NaN test per element.
@@ -206,6 +230,17 @@ MPICOMP_HD constexpr int nibble_hi(uint8_t b) { return int(int8_t(b)) >> 4; }
 // then the 32 lane sums are folded as a warp's shuffle-down tree (offsets 16, 8, 4, 2, 1).
 MPICOMP_HD float sign_scale(float abssum, size_t len) {
   return (abssum == abssum && abssum <= 3.402823466e+38f) ? abssum / float(len) : bits_f32(0x7fc00000u);
+}
+// A finite block whose sum of magnitudes overflows float32 (mean magnitude near 3.4e38 / len)
+// is summed again, in the same order, as |x| * 2^-64 (exact for such magnitudes): its scale
+// is that mean times 2^64, saturated at the largest float, so finite input decodes finite. A
+// block holding Inf still sums to Inf, and NaN to NaN: poisoned.
+MPICOMP_HD bool sign_overflowed(float abssum) { return abssum > 3.402823466e+38f; }
+constexpr float kSignLow = 5.421010862427522e-20f;  // 2^-64
+MPICOMP_HD float sign_scale_low(float abssum_low, size_t len) {
+  if (!(abssum_low <= 3.402823466e+38f)) return bits_f32(0x7fc00000u);
+  float s = abssum_low / float(len) * 1.8446744073709552e19f;  // * 2^64
+  return s <= 3.402823466e+38f ? s : 3.402823466e+38f;
 }
 MPICOMP_HD bool sign_bit(float x) { return x < 0.f; }
 MPICOMP_HD float sign_value(bool negative, float scale) { return negative ? -scale : scale; }

@@ -8,7 +8,7 @@ message's latency."""
 import numpy as np
 
 from . import _core
-from .codecs import DTYPE_IDS, _dtype_name
+from .codecs import _ITEMSIZE, DTYPE_IDS, _dtype_name
 from .errors import ArgumentError, BackendError, CodecError
 
 __all__ = ["collective_args", "array_info", "dtype_name"]
@@ -136,4 +136,6 @@ def collective_args(x, out, out_mode, size):
         raise ArgumentError("out must be in the same kind of memory as x (both host or both GPU)")
     if got != m:
         raise ArgumentError(f"out has {got} elements but the result has {m}")
+    size = _ITEMSIZE[_NAMES[dt]]
+    _core.refuse_partial_overlap(xptr, n * size, yptr, m * size, out_mode == 0)
     return out, xptr, yptr, n, dt, stream

@@ -7,16 +7,20 @@ feedback lives in :class:`mpicomp.ErrorFeedback`.
 Error bounds below are for one encode/decode of a block (``B`` elements, ``absmax`` its
 largest magnitude); a compressed allreduce applies two such stages (each rank's parts, then
 the reduced sum), so its error is at most the sum of those stages' bounds. A block holding
-a NaN or an Inf decodes to all NaN (it is never hidden).
+a NaN or an Inf decodes to all NaN (it is never hidden). Every finite float32 block decodes
+finite and with its signs (a value may become zero, never change sign), tiny, subnormal and
+near-overflow blocks included; the bounds add ``2**-142`` for rounding on float32's subnormal
+grid. float64 is refused by every codec but ``none`` (they compute in float32).
 """
 
 import importlib.util
 import os
+import types
 
 import numpy as np
 
 from . import _core
-from .errors import BackendError, CodecError
+from .errors import ArgumentError, BackendError, CodecError
 
 __all__ = ["Codec", "codec", "available_codecs"]
 
@@ -41,11 +45,14 @@ class Codec:
         if unknown:
             allowed = ", ".join(sorted(self._options)) or "none"
             raise CodecError(f"codec {self.name!r} has no option {sorted(unknown)[0]!r} (options: {allowed})")
-        self.options = {**self._options, **options}
-        self._check()
+        merged = {**self._options, **options}
+        self._check(merged)
+        # Read-only: codecs are shared (codec() caches them by spec), and an option changed
+        # after its check would reach the kernels unchecked.
+        self.options = types.MappingProxyType(merged)
 
-    def _check(self):
-        pass
+    def _check(self, options):
+        """Validates (and may normalise) the options in place before they are frozen."""
 
     @property
     def block(self):
@@ -73,6 +80,8 @@ class Codec:
         if dtype_name in _INT_DTYPES and self.id != 0:
             raise CodecError(f"codec {self.name!r} compresses floating-point data only, but {argument} has dtype "
                              f"{dtype_name}; use codec='none' for integer arrays")
+        if dtype_name == "float64" and not self.exact:
+            raise CodecError(_FLOAT64_REFUSED.format(name=self.name, argument=argument))
 
     def check_memory(self, on_device):
         """Raises BackendError when this codec cannot run on host (or device) buffers here."""
@@ -80,6 +89,8 @@ class Codec:
     def encoded_bytes(self, count, dtype="float32"):
         """Size in bytes of ``count`` elements of ``dtype`` once encoded: exact for lossy
         codecs, the largest it can be for lossless ones."""
+        if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or not 0 <= count < 2**48:
+            raise ArgumentError(f"count must be an element count (an int in [0, 2**48)), got {count!r}")
         dtype = _dtype_name(dtype)
         self.check_dtype(dtype)
         return _core.encoded_bytes(self.id, self.block, DTYPE_IDS[dtype], int(count))
@@ -165,16 +176,20 @@ class Bf16Codec(Codec):
 # inverse (2**-24 each), x times the inverse (2**-24, relative to |x| <= absmax, then scaled
 # by the scale), and the decoded product (2**-24), with margin.
 _ROUNDING = 2.0**-21
+# Absolute: for blocks below ~1e-36 the scale (absmax / qmax) and the decoded q * scale are
+# rounded on float32's subnormal grid (2**-149), half a step each, the scale's error times
+# |q| <= 127: (127 + 1) * 2**-150, with margin.
+_SUBNORMAL = 2.0**-142
 
 
 class _BlockCodec(Codec):
     _options = {"block": 256}
 
-    def _check(self):
-        b = self.options["block"]
+    def _check(self, options):
+        b = options["block"]
         if not isinstance(b, (int, np.integer)) or isinstance(b, bool) or b < 32 or b > 65536 or b % 32:
             raise CodecError(f"codec {self.name!r}: block must be a multiple of 32 in [32, 65536], got {b!r}")
-        self.options["block"] = int(b)
+        options["block"] = int(b)
 
     def _block_absmax(self, x):
         a = np.abs(np.asarray(x, np.float64).ravel())
@@ -196,7 +211,7 @@ class Int8Codec(_BlockCodec):
 
     def tolerance(self, x):
         _, am = self._block_absmax(x)
-        return (am / 254.0 + am * _ROUNDING + 1e-30).reshape(np.shape(x))
+        return (am / 254.0 + am * _ROUNDING + _SUBNORMAL).reshape(np.shape(x))
 
 
 class Int4Codec(_BlockCodec):
@@ -209,7 +224,7 @@ class Int4Codec(_BlockCodec):
 
     def tolerance(self, x):
         _, am = self._block_absmax(x)
-        return (am / 14.0 + am * _ROUNDING + 1e-30).reshape(np.shape(x))
+        return (am / 14.0 + am * _ROUNDING + _SUBNORMAL).reshape(np.shape(x))
 
 
 class SignCodec(_BlockCodec):
@@ -224,7 +239,7 @@ class SignCodec(_BlockCodec):
 
     def tolerance(self, x):
         _, am = self._block_absmax(x)
-        return (am * (1 + 1e-5) + 1e-30).reshape(np.shape(x))
+        return (am * (1 + 1e-5) + _SUBNORMAL).reshape(np.shape(x))
 
 
 class PowerSGDCodec(Codec):
@@ -240,8 +255,8 @@ class PowerSGDCodec(Codec):
     name, id = "powersgd", None
     _options = {"rank": 4, "min_compression_rate": 2}
 
-    def _check(self):
-        r, rate = self.options["rank"], self.options["min_compression_rate"]
+    def _check(self, options):
+        r, rate = options["rank"], options["min_compression_rate"]
         if not isinstance(r, (int, np.integer)) or isinstance(r, bool) or r < 1:
             raise CodecError(f"codec 'powersgd': rank must be a positive integer, got {r!r}")
         if not isinstance(rate, (int, float, np.integer, np.floating)) or isinstance(rate, bool) or rate < 1:
@@ -329,6 +344,13 @@ class NvcompAnsCodec(_LosslessCodec):
 
     name, id, device_only = "nvcomp-ans", 8, True
 
+
+# Lossy codecs quantise float32 blocks, which would round float64 silently or overflow it:
+# float64 travels exact, with codec "none" (or a lossless codec, except in reductions, which
+# sum decoded frames in float32), or is converted by the caller.
+_FLOAT64_REFUSED = ("codec {name!r} computes in float32, but {argument} has dtype float64, whose values it would "
+                    "round (or overflow to inf); use codec='none' for float64 (exact), or pass "
+                    "{argument}.astype('float32') to compress")
 
 _CODECS = {c.name: c for c in (NoneCodec, Fp16Codec, Bf16Codec, Int8Codec, Int4Codec, SignCodec, PowerSGDCodec,
                                Lz4Codec, NvcompLz4Codec, NvcompBitcompCodec, NvcompAnsCodec)}

@@ -27,16 +27,22 @@ _OPS = {"sum": False, "avg": True}
 _MPI_OPS = ("SUM", "MAX", "MIN", "PROD", "LAND", "LOR", "BAND", "BOR", "MAXLOC", "MINLOC")
 
 DEFAULT_CODEC = "int8"
-"""The codec of a call that names none (codec=None): blockwise int8 for floating-point
-arrays, "none" (exact) for integer arrays, which no lossy codec takes."""
+"""The codec of a call that names none (codec=None): blockwise int8 for float32, float16 and
+bfloat16 arrays, "none" (exact) for float64 and integer arrays, which no codec compresses."""
+
+
+def _torch_float64():
+    import torch
+
+    return torch.float64
 
 
 def _default_codec(x):
     """The codec of a call on x that names none (DEFAULT_CODEC)."""
     if type(x).__module__.startswith("torch"):
-        return DEFAULT_CODEC if x.is_floating_point() else "none"
+        return DEFAULT_CODEC if x.is_floating_point() and x.dtype != _torch_float64() else "none"
     try:
-        return DEFAULT_CODEC if np.dtype(x.dtype).kind == "f" else "none"
+        return DEFAULT_CODEC if np.dtype(x.dtype).kind == "f" and np.dtype(x.dtype).itemsize < 8 else "none"
     except (AttributeError, TypeError):  # not an array, or bfloat16 spelled by another library
         return DEFAULT_CODEC
 
@@ -94,7 +100,7 @@ def _prepare(coll, comm, x, codec, out, error_feedback, op, out_mode, tell=None)
     pcomm, c, avg = _spec_args(coll, comm, codec, op, tell)
     try:
         out, xptr, yptr, count, dt, stream = collective_args(x, out, out_mode, pcomm.Get_size())
-        _core.check_combination(dt, c.id, avg)
+        _core.check_combination(dt, c.id, avg, coll != _ALLGATHER)
         c.check_memory(stream is not None)
         rptr = 0
         if error_feedback is not None:

@@ -92,8 +92,8 @@ def test_allreduce_on_sub_communicators(comm, compress_small, name):
     assert identical_everywhere(comm, y)
 
 
-@pytest.mark.parametrize("dtype", [np.float16, np.float64])
-@pytest.mark.parametrize("name", ["none", "bf16", "int4"])
+@pytest.mark.parametrize("dtype,name", [(np.float16, "none"), (np.float16, "bf16"), (np.float16, "int4"),
+                                        (np.float64, "none")])
 def test_allreduce_numpy_dtypes(compress_small, dtype, name):
     x, xs = inputs(WORLD, 5000, dtype=dtype, seed=4)
     exact = np.sum(xs, axis=0)
@@ -101,6 +101,25 @@ def test_allreduce_numpy_dtypes(compress_small, dtype, name):
     assert y.dtype == dtype
     bound = allreduce_bound(mpicomp.codec(name), xs, exact, WORLD, np.dtype(dtype).name)
     assert np.all(np.abs(y.astype(np.float64) - exact) <= bound)
+
+
+@pytest.mark.parametrize("coll", ["allreduce", "reduce_scatter"])
+def test_float64_is_summed_exactly_or_refused(compress_small, coll):
+    """float64 near its range's ends and with tails float32 would drop: codec none (and the
+    default codec, for float64) exact; every compressing codec refused on every rank."""
+    n = 1024 * WORLD.size
+    x = np.full(n, 1e300 / WORLD.size)
+    x[:3] = [1 + 1e-12, -2.5e-310, 3.0]
+    want = np.empty_like(x)
+    WORLD.Allreduce(x, want, op=MPI.SUM)  # every rank holds the same x: any summation order gives these bits
+    if coll == "reduce_scatter":
+        want = want[WORLD.rank * 1024:(WORLD.rank + 1) * 1024]
+    for codec in ("none", None):
+        y = getattr(mpicomp, coll)(x, codec=codec)
+        assert y.dtype == np.float64 and np.array_equal(y, want)
+    for codec in ("bf16", "int8", "sign", "lz4"):
+        with pytest.raises(mpicomp.CodecError, match="float64"):
+            getattr(mpicomp, coll)(x, codec=codec)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
@@ -126,7 +145,7 @@ def test_in_place_shapes_and_empty(compress_small):
     e = mpicomp.allreduce(np.empty((0, 3), np.float32), codec="int4")
     assert e.shape == (0, 3)
     assert mpicomp.reduce_scatter(np.empty(0, np.float32)).size == 0
-    assert mpicomp.allgather(np.empty(0, np.float64), codec="fp16").size == 0
+    assert mpicomp.allgather(np.empty(0, np.float16), codec="fp16").size == 0
 
 
 @pytest.mark.parametrize("name", CODECS)
@@ -253,7 +272,7 @@ def test_disagreement_raises_everywhere_and_comm_survives(field):
         pytest.skip("one rank cannot disagree")
     odd = WORLD.rank == WORLD.size - 1
     n = 100_000 + (1 if odd and field == "count" else 0)
-    x = np.ones(n, np.float64 if odd and field == "dtype" else np.float32)
+    x = np.ones(n, np.float16 if odd and field == "dtype" else np.float32)
     codec = ("int4" if odd and field == "codec" else "int8:block=64" if odd and field == "block" else "int8")
     op = "avg" if odd and field == "op" else "sum"
     with pytest.raises(mpicomp.ShapeMismatchError, match="ranks disagree"):

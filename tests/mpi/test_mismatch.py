@@ -38,7 +38,7 @@ def disagreement(what, rank, n):
     if what == "count":
         x = np.ones(n + (3 if odd else 0), np.float32)
     elif what == "dtype":
-        x = x.astype(np.float64 if odd else np.float32)
+        x = x.astype(np.float16 if odd else np.float32)
     elif what == "codec":
         kw["codec"] = "int4" if odd else "int8"
     elif what == "block":
@@ -133,6 +133,8 @@ BAD = {
     "dtype": (lambda x: dict(x=x.astype(np.int32), codec="int8"), mpicomp.CodecError, "int32"),
     "out": (lambda x: dict(x=x, out=np.empty(x.size + 1, x.dtype)), mpicomp.ArgumentError, "out"),
     "type": (lambda x: dict(x=list(x)), mpicomp.ArgumentError, "list"),
+    "float64": (lambda x: dict(x=x.astype(np.float64), codec="int4"), mpicomp.CodecError, "float64"),
+    "byteorder": (lambda x: dict(x=x.astype(x.dtype.newbyteorder("S"))), mpicomp.ArgumentError, "byte order"),
 }
 
 

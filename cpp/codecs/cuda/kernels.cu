@@ -45,12 +45,21 @@ __global__ void encode_blocks(uint32_t B, DType t, const void* x, size_t n, floa
     acc = C == CodecId::sign ? acc + fabsf(v) : absmax_step(acc, v);
   }
   float s, inv = 0.f;
+  bool lifted = false;  // the same on every lane: warp_fold and warp_absmax broadcast
   if (C == CodecId::sign) {
-    s = sign_scale(warp_fold(acc), len);
+    float sum = warp_fold(acc);
+    if (sign_overflowed(sum)) {
+      acc = 0.f;
+      for (size_t i = lane; i < len; i += 32) acc += fabsf(input(x, t, res, off + i)) * kSignLow;
+      s = sign_scale_low(warp_fold(acc), len);
+    } else {
+      s = sign_scale(sum, len);
+    }
   } else {
     float am = warp_absmax(acc);
     s = int_scale(C, am);
     inv = int_inv_scale(C, am);
+    lifted = int_lifted(am);
   }
   if (lane == 0) *reinterpret_cast<float*>(rec) = s;
   const bool poisoned = s != s;
@@ -67,7 +76,7 @@ __global__ void encode_blocks(uint32_t B, DType t, const void* x, size_t n, floa
       size_t nbytes = (len - row) >= 32 ? 4 : (len - row + 7) / 8;
       if (lane < nbytes) payload[row / 8 + lane] = uint8_t(bits >> (8 * lane));
     } else {
-      int q = valid ? quantize(v, inv, qmax(C)) : 0;
+      int q = valid ? quantize(lifted ? lift(v) : v, inv, qmax(C)) : 0;
       d = dequantize(q, s);
       if (C == CodecId::int8) {
         if (valid) payload[i] = uint8_t(int8_t(q));
