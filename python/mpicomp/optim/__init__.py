@@ -1,7 +1,7 @@
 """Communication-efficient optimizers on mpicomp's compressed collectives (layer 5; imports
 torch, which ``import mpicomp`` does not):
 
-    from mpicomp.optim import ZeRO1, ACCO, DiLoCo
+    from mpicomp.optim import ZeRO1, ACCO, DiLoCo, amsp
     opt = ZeRO1(model.parameters(), torch.optim.AdamW, comm=mesh.dp, lr=3e-4)
     opt = ACCO(model.parameters(), torch.optim.AdamW, comm=mesh.dp, lr=3e-4)
     loss = opt.step(closure)      # ACCO: closure() runs one micro-batch forward + backward
@@ -9,8 +9,9 @@ torch, which ``import mpicomp`` does not):
 """
 
 from ._sharded import CheckpointError, RankFailedError
+from . import amsp
 from .acco import ACCO
 from .diloco import DiLoCo
 from .zero1 import ZeRO1
 
-__all__ = ["ZeRO1", "ACCO", "DiLoCo", "CheckpointError", "RankFailedError"]
+__all__ = ["ZeRO1", "ACCO", "DiLoCo", "amsp", "CheckpointError", "RankFailedError"]
