@@ -20,7 +20,7 @@ import mpicomp
 
 from ..errors import ArgumentError, MpicompError, ShapeMismatchError
 
-__all__ = ["ShardedOptimizer", "CheckpointError", "RankFailedError"]
+__all__ = ["ShardedOptimizer", "CheckpointError", "RankFailedError", "check_checkpoint"]
 
 _FORMAT = "mpicomp.optim/1"
 
@@ -325,27 +325,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
             inner.update(saved)
 
     def _check_checkpoint(self, sd):
-        if not isinstance(sd, dict) or sd.get("format") != _FORMAT:
-            raise CheckpointError(f"not an mpicomp.optim checkpoint (format {_FORMAT!r} expected, got "
-                                  f"{sd.get('format') if isinstance(sd, dict) else type(sd).__name__!r})")
-        missing = {"optimizer", "shapes", "param_groups", "master", "state", "checksum"} - set(sd)
-        if missing:
-            raise CheckpointError(f"checkpoint lacks {sorted(missing)}")
-        mine = f"{self.optimizer_class.__module__}.{self.optimizer_class.__qualname__}"
-        if sd["optimizer"] != mine:
-            raise CheckpointError(f"checkpoint of optimizer {sd['optimizer']}, this one wraps {mine}")
-        shapes = [[list(p.shape) for p in g["params"]] for g in self.param_groups]
-        if sd["shapes"] != shapes:
-            raise ShapeMismatchError(f"checkpoint is of another model: parameter shapes {_first_difference(sd['shapes'], shapes)}")
-        if (not torch.is_tensor(sd["master"]) or tuple(sd["master"].shape) != (self._layout.numel,)
-                or len(sd["state"]) != len(shapes) or len(sd["param_groups"]) != len(shapes)):
-            raise CheckpointError("checkpoint is corrupt: master vector or group lists of the wrong size")
-        try:
-            crc = _checksum(sd)
-        except (AttributeError, TypeError, ValueError, RuntimeError) as e:
-            raise CheckpointError(f"checkpoint is corrupt: {e}") from None
-        if crc != sd["checksum"]:
-            raise CheckpointError("checkpoint is corrupt: its checksum does not match its contents")
+        check_checkpoint(sd, self.optimizer_class, [[list(p.shape) for p in g["params"]] for g in self.param_groups],
+                         self._layout.numel)
 
     # -- torch.optim.Optimizer surface -------------------------------------------------
 
@@ -360,6 +341,32 @@ class ShardedOptimizer(torch.optim.Optimizer):
         out = fn(*args)
         self.stats["comm_wait_s"] += time.perf_counter() - start
         return out
+
+
+def check_checkpoint(sd, optimizer_class, shapes, numel):
+    """Raises CheckpointError (or ShapeMismatchError for another model's) unless ``sd`` is
+    an intact checkpoint of this format for ``optimizer_class`` over parameters of these
+    ``shapes`` (a list per group) with ``numel`` elements in all."""
+    if not isinstance(sd, dict) or sd.get("format") != _FORMAT:
+        raise CheckpointError(f"not an mpicomp.optim checkpoint (format {_FORMAT!r} expected, got "
+                              f"{sd.get('format') if isinstance(sd, dict) else type(sd).__name__!r})")
+    missing = {"optimizer", "shapes", "param_groups", "master", "state", "checksum"} - set(sd)
+    if missing:
+        raise CheckpointError(f"checkpoint lacks {sorted(missing)}")
+    mine = f"{optimizer_class.__module__}.{optimizer_class.__qualname__}"
+    if sd["optimizer"] != mine:
+        raise CheckpointError(f"checkpoint of optimizer {sd['optimizer']}, this one wraps {mine}")
+    if sd["shapes"] != shapes:
+        raise ShapeMismatchError(f"checkpoint is of another model: parameter shapes {_first_difference(sd['shapes'], shapes)}")
+    if (not torch.is_tensor(sd["master"]) or tuple(sd["master"].shape) != (numel,)
+            or len(sd["state"]) != len(shapes) or len(sd["param_groups"]) != len(shapes)):
+        raise CheckpointError("checkpoint is corrupt: master vector or group lists of the wrong size")
+    try:
+        crc = _checksum(sd)
+    except (AttributeError, TypeError, ValueError, RuntimeError) as e:
+        raise CheckpointError(f"checkpoint is corrupt: {e}") from None
+    if crc != sd["checksum"]:
+        raise CheckpointError("checkpoint is corrupt: its checksum does not match its contents")
 
 
 def _checksum(sd):

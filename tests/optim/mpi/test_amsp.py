@@ -2,13 +2,15 @@
 for every valid partition (DP, ZeRO-1/2/3 and the ones between), one node or 2-rank
 "nodes"; the plan's bytes against mpicomp's own counters; memory against the formula;
 invalid partitions raising on every rank."""
+import copy
+
 import pytest
 import torch
 from _toy import loss_of, mean_gradient, toy_batch, toy_model
 from mpi4py import MPI
 
 import mpicomp
-from mpicomp.optim import AMSP, amsp
+from mpicomp.optim import AMSP, CheckpointError, ZeRO1, amsp
 
 WORLD = MPI.COMM_WORLD
 RANK, N = WORLD.Get_rank(), WORLD.Get_size()
@@ -160,3 +162,58 @@ def test_invalid_partitions_raise_on_every_rank(case):
 def test_models_that_differ_between_ranks():
     with pytest.raises(mpicomp.ShapeMismatchError, match="ranks disagree"):
         AMSP(toy_model(seed=RANK % 2), torch.optim.AdamW, shard=(1, 1, N))
+
+
+def test_checkpoint_moves_between_partitions_and_zero1():
+    """Saved under one partition, loaded under another and into ZeRO1 on one rank: the next
+    steps equal torch's AdamW continuing from the same state."""
+    model = toy_model()
+    opt = AMSP(model, torch.optim.AdamW, shard=(1, N, N) if N % 2 else (2, 2, N), **KW)
+    ref = toy_model()
+    ref_opt = torch.optim.AdamW(ref.parameters(), **KW)
+    for step in range(3):
+        amsp_step(model, opt, step)
+        reference_step(ref, ref_opt, step)
+    sd = opt.state_dict()
+    torch.testing.assert_close(sd["master"], flat(ref), rtol=1e-5, atol=1e-6)
+    for shard in [(1, 1, 1), (N, N, N)]:
+        other = AMSP(toy_model(seed=5), torch.optim.AdamW, shard=shard, lr=0.5)
+        other.load_state_dict(sd)
+        assert other.param_groups[0]["lr"] == KW["lr"]
+        assert torch.equal(other.full_parameters(), sd["master"])
+        again = other.state_dict()
+        assert again["checksum"] == sd["checksum"]
+        amsp_step(other.model, other, 3)
+        expected = copy_of(ref, ref_opt)
+        reference_step(*expected, 3)
+        torch.testing.assert_close(other.full_parameters(), flat(expected[0]), rtol=1e-5, atol=1e-6)
+    zero1 = ZeRO1(toy_model(seed=5).parameters(), torch.optim.AdamW, comm=MPI.COMM_SELF, lr=0.5)
+    zero1.load_state_dict(sd)
+    assert torch.equal(zero1.state_dict()["master"], sd["master"])
+
+
+def copy_of(model, opt):
+    """An independent copy (torch's load_state_dict may keep the state's tensors)."""
+    m = copy.deepcopy(model)
+    o = torch.optim.AdamW(m.parameters(), **KW)
+    o.load_state_dict(copy.deepcopy(opt.state_dict()))
+    return m, o
+
+
+def test_bad_checkpoints_raise_on_every_rank():
+    model = toy_model()
+    opt = AMSP(model, torch.optim.AdamW, shard=(1, 1, N), **KW)
+    amsp_step(model, opt, 0)
+    sd = opt.state_dict()
+    corrupt = copy.deepcopy(sd)
+    corrupt["master"][3] += 1.0
+    with pytest.raises(CheckpointError, match="checksum"):
+        opt.load_state_dict(corrupt)
+    expected = CheckpointError if RANK == N - 1 else mpicomp.ShapeMismatchError
+    with pytest.raises(expected, match="checksum" if RANK == N - 1 else f"rank {N - 1}"):
+        opt.load_state_dict(corrupt if RANK == N - 1 else sd)
+    with pytest.raises(mpicomp.ShapeMismatchError, match="another model"):
+        AMSP(torch.nn.Linear(6, 4), torch.optim.AdamW, shard=(1, 1, N)).load_state_dict(sd)
+    opt.load_state_dict(sd)  # still usable, and all ranks in step
+    amsp_step(model, opt, 1)
+    assert_same_on_all_ranks(opt.full_parameters())

@@ -10,6 +10,7 @@ import mpicomp
 
 from ...errors import ArgumentError, MpicompError
 from .._sharded import ShardedOptimizer, agree
+from . import checkpoint
 from .groups import GROUPS, Groups, check_partition, check_ranks_per_node
 from .plan import communication_plan, memory_bytes
 from .units import Hooks, make_units
@@ -210,6 +211,21 @@ class AMSP(torch.optim.Optimizer):
                 p.grad = None
 
     # -- reading the state -----------------------------------------------------------
+
+    def state_dict(self):
+        """The whole optimizer state, in ZeRO1's checkpoint format (collective: every rank
+        gets the same dict); loads under any partition or rank count, and into ZeRO1."""
+        return checkpoint.state_dict(self)
+
+    def load_state_dict(self, state_dict):
+        """Restores a state_dict() of AMSP or ZeRO1 (collective).
+
+        Raises:
+            CheckpointError: not a checkpoint of this format or optimizer class, or
+                corrupt; on every rank.
+            ShapeMismatchError: another model's, or ranks loaded different checkpoints.
+        """
+        checkpoint.load_state_dict(self, state_dict)
 
     def full_parameters(self):
         """Every parameter, flat, in ``model.parameters()`` order, on every rank (collective
