@@ -1,6 +1,7 @@
 """The AMSP optimizer: ZeRO generalised to three sharding degrees (Chen et al., "AMSP:
 Reducing Communication Overhead of ZeRO for Efficient LLM Training", arXiv 2311.00257)."""
 
+import time
 import zlib
 
 import torch
@@ -56,6 +57,10 @@ class AMSP(torch.optim.Optimizer):
         codec: wire codec of every collective, or {"intra": spec, "inter": spec} by whether
             a collective's group spans nodes (e.g. {"intra": "none", "inter": "int8"}).
         **opt_kwargs: passed to ``optimizer_class``.
+
+    Attributes:
+        stats: {"comm_wait_s": seconds in this rank's collectives from the end of the
+            previous step to the end of the last one (forward, backward and step)}.
 
     Raises:
         ArgumentError: a bad argument on this rank (invalid partition: order, not dividing,
@@ -130,6 +135,8 @@ class AMSP(torch.optim.Optimizer):
                                        "params": [self.master]}])
         self.param_groups[0].update({k: v for k, v in self.inner.param_groups[0].items() if k != "params"})
         self.hooks = Hooks(self.units, self._gather, self._reduce_scatter)
+        self._waited = 0.0  # seconds in collectives since the last step
+        self.stats = {"comm_wait_s": 0.0}
 
     # -- the step --------------------------------------------------------------------
 
@@ -139,8 +146,10 @@ class AMSP(torch.optim.Optimizer):
             return
         unit.reserve()
         i = unit.index
+        start = time.perf_counter()
         mpicomp.allgather(self.p_shard[self._p_at[i]:self._p_at[i + 1]], comm=self.comms["param"],
                           codec=self.wire["param"], out=unit.full)
+        self._waited += time.perf_counter() - start
 
     @torch.no_grad()
     def _reduce_scatter(self, unit):
@@ -148,7 +157,9 @@ class AMSP(torch.optim.Optimizer):
         i = unit.index
         flat = unit.flat_grads()
         if self.shard[1] > 1:
+            start = time.perf_counter()
             flat = mpicomp.reduce_scatter(flat, comm=self.comms["grad"], codec=self.wire["grad"], op="avg")
+            self._waited += time.perf_counter() - start
         self.g_shard[self._g_at[i]:self._g_at[i + 1]] += flat
         for p in unit.params:
             p.grad = None
@@ -166,14 +177,19 @@ class AMSP(torch.optim.Optimizer):
             if u.ready:
                 u.ready = 0
                 self._reduce_scatter(u)
+        start = time.perf_counter()
         grad = self._state_gradient()
+        self._waited += time.perf_counter() - start
         for k, v in self.param_groups[0].items():
             if k != "params":
                 self.inner.param_groups[0][k] = v
         self.master.grad = grad
         self.inner.step()
         self.master.grad = None
+        start = time.perf_counter()
         self._redistribute()
+        self.stats = {"comm_wait_s": self._waited + time.perf_counter() - start}
+        self._waited = 0.0
         return loss
 
     def _state_gradient(self):
@@ -237,6 +253,11 @@ class AMSP(torch.optim.Optimizer):
         return torch.cat([rows[:, self._p_at[i]:self._p_at[i + 1]].reshape(-1)[:u.numel]
                           for i, u in enumerate(self.units)])
 
+    def optimizer_state_bytes(self):
+        """Bytes of the wrapped optimizer's state tensors on this rank (as ZeRO1's)."""
+        return sum(v.numel() * v.element_size() for s in self.inner.state.values() for v in s.values()
+                   if torch.is_tensor(v))
+
     def memory(self):
         """Bytes this rank holds now for parameters (its shard, and gathered modules),
         gradients (its shard, and any ``.grad``) and optimizer state (the fp32 master shard
@@ -244,8 +265,7 @@ class AMSP(torch.optim.Optimizer):
         params = self.p_shard.numel() * self.p_shard.element_size() + sum(u.held_bytes() for u in self.units)
         grads = self.g_shard.numel() * self.g_shard.element_size() + sum(
             p.grad.numel() * p.grad.element_size() for u in self.units for p in u.params if p.grad is not None)
-        state = self.master.numel() * 4 + sum(v.numel() * v.element_size() for s in self.inner.state.values()
-                                              for v in s.values() if torch.is_tensor(v))
+        state = self.master.numel() * 4 + self.optimizer_state_bytes()
         e = self.p_shard.element_size()
         model = memory_bytes(sum(u.numel for u in self.units), self.shard, 0, e, e, 12)
         return {"params": params, "grads": grads, "optimizer": state, "formula": model}
