@@ -149,3 +149,18 @@ def test_command_line(tmp_path, capsys):
     assert saved["candidates"][0]["memory"]["total"] <= 80e9
     assert bench_main(["plan", "--params", "70G", "--world", "8", "--ranks-per-node", "8", "--memory", "80G"]) == 1
     assert "needs 140 GB" in capsys.readouterr().err
+
+
+def test_bandwidth_from_benchmark_json(tmp_path, capsys):
+    """4 ranks, allgather of 1 MB per rank in 2 ms: each rank sends 3 MB, 1.5 GB/s."""
+    rec = {"op": "allgather", "impl": "mpi", "codec": "none", "np": 4, "avg_latency_us": 2000.0}
+    path = tmp_path / "ag.json"
+    path.write_text(json.dumps([{**rec, "size": 1_000_000}, {**rec, "size": 1000, "avg_latency_us": 5.0},
+                                {**rec, "size": 4_000_000, "codec": "int8"}]))
+    assert amsp.bandwidth_from_bench(str(path)) == pytest.approx(1.5e9)
+    assert bench_main(["plan", "--params", "1G", "--world", "16", "--ranks-per-node", "8", "--memory", "80G",
+                       "--inter", str(path)]) == 0
+    assert "inter-node 1.5 GB/s" in capsys.readouterr().out
+    (tmp_path / "bad.json").write_text("[]")
+    with pytest.raises(mpicomp.ArgumentError, match="codec none"):
+        amsp.bandwidth_from_bench(str(tmp_path / "bad.json"))

@@ -22,6 +22,18 @@ def test_one_rank_is_torch_exactly():
     assert torch.equal(opt.full_parameters(), torch.cat([p.detach().reshape(-1) for p in ref.parameters()]))
 
 
+def tied():
+    model = torch.nn.Sequential(torch.nn.Embedding(5, 4), torch.nn.Linear(4, 5, bias=False))
+    model[1].weight = model[0].weight
+    return model
+
+
+def frozen():
+    model = toy_model()
+    model[0].bias.requires_grad_(False)
+    return model
+
+
 @pytest.mark.parametrize("make,match", [
     (lambda: AMSP(toy_model(), torch.optim.AdamW, (1, 1, 1), comm="world"), "intra-communicator"),
     (lambda: AMSP(toy_model().parameters(), torch.optim.AdamW, (1, 1, 1)), "torch.nn.Module"),
@@ -33,6 +45,8 @@ def test_one_rank_is_torch_exactly():
     (lambda: AMSP(toy_model(), torch.optim.AdamW, (1, 1, 1), lr=-1.0), "rejected its arguments"),
     (lambda: AMSP(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2).double()), torch.optim.AdamW,
                   (1, 1, 1)), "one dtype"),
+    (lambda: AMSP(tied(), torch.optim.AdamW, (1, 1, 1)), "tied weights"),
+    (lambda: AMSP(frozen(), torch.optim.AdamW, (1, 1, 1)), "does not require grad"),
 ])
 def test_bad_arguments(make, match):
     with pytest.raises(mpicomp.ArgumentError, match=match):

@@ -20,7 +20,7 @@ import mpicomp
 
 from ..errors import ArgumentError, MpicompError, ShapeMismatchError
 
-__all__ = ["ShardedOptimizer", "CheckpointError", "RankFailedError", "check_checkpoint"]
+__all__ = ["ShardedOptimizer", "CheckpointError", "RankFailedError", "build_optimizer", "check_checkpoint"]
 
 _FORMAT = "mpicomp.optim/1"
 
@@ -186,12 +186,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         """The wrapped optimizer over this rank's shard (probe: over stand-in tensors, to
         learn at construction whether the class takes these arguments)."""
         shards = [torch.zeros(1) for _ in groups] if probe else self._shard_params
-        inner_groups = [{**{k: v for k, v in g.items() if k != "params"}, "params": [s]} for g, s in zip(groups, shards)]
-        try:
-            return optimizer_class(inner_groups, **opt_kwargs)
-        except (TypeError, ValueError) as e:
-            raise ArgumentError(f"{optimizer_class.__name__}({', '.join(f'{k}={v!r}' for k, v in opt_kwargs.items())})"
-                                f" rejected its arguments: {e}") from None
+        return build_optimizer(optimizer_class, groups, shards, opt_kwargs)
 
     # -- the sharded update ------------------------------------------------------------
 
@@ -341,6 +336,17 @@ class ShardedOptimizer(torch.optim.Optimizer):
         out = fn(*args)
         self.stats["comm_wait_s"] += time.perf_counter() - start
         return out
+
+
+def build_optimizer(optimizer_class, groups, tensors, opt_kwargs):
+    """``optimizer_class`` over one tensor per param group (each group's other settings
+    kept); ArgumentError when the class rejects the arguments."""
+    inner_groups = [{**{k: v for k, v in g.items() if k != "params"}, "params": [t]} for g, t in zip(groups, tensors)]
+    try:
+        return optimizer_class(inner_groups, **opt_kwargs)
+    except (TypeError, ValueError) as e:
+        raise ArgumentError(f"{optimizer_class.__name__}({', '.join(f'{k}={v!r}' for k, v in opt_kwargs.items())})"
+                            f" rejected its arguments: {e}") from None
 
 
 def check_checkpoint(sd, optimizer_class, shapes, numel):

@@ -9,7 +9,7 @@ over their own groups (s_p, s_g, s_os), the planner that picks them, and the opt
 
 from .execute import AMSP
 from .groups import Groups, check_partition, valid_partitions
-from .plan import Candidate, Collective, Plan, PlanError, communication_plan, memory_bytes, plan
+from .plan import Candidate, bandwidth_from_bench, Collective, Plan, PlanError, communication_plan, memory_bytes, plan
 
 __all__ = ["AMSP", "plan", "Plan", "Candidate", "Collective", "PlanError", "memory_bytes", "communication_plan",
-           "valid_partitions", "check_partition", "Groups"]
+           "bandwidth_from_bench", "valid_partitions", "check_partition", "Groups"]

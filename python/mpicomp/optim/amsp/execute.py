@@ -10,11 +10,11 @@ from mpi4py import MPI
 import mpicomp
 
 from ...errors import ArgumentError, MpicompError
-from .._sharded import ShardedOptimizer, agree
+from .._sharded import ShardedOptimizer, agree, build_optimizer
 from . import checkpoint
 from .groups import GROUPS, Groups, check_partition, check_ranks_per_node
 from .plan import communication_plan, memory_bytes
-from .units import Hooks, make_units
+from .units import Hooks, check_model, make_units
 
 __all__ = ["AMSP"]
 
@@ -85,13 +85,16 @@ class AMSP(torch.optim.Optimizer):
             if not isinstance(model, torch.nn.Module):
                 raise ArgumentError(f"{who}: model must be a torch.nn.Module, got {type(model).__name__}")
             groups = ShardedOptimizer._check(model.parameters(), optimizer_class, "none", "none", False, ())
+            problem = check_model(model)
+            if problem:
+                raise ArgumentError(f"{who}: {problem}")
             if len({p.dtype for p in groups[0]["params"]}) > 1:
                 raise ArgumentError(f"{who}: all parameters must have one dtype, got "
                                     f"{sorted({str(p.dtype) for p in groups[0]['params']})}")
             self.ranks_per_node = check_ranks_per_node(ranks_per_node, world, who)
             self.shard = check_partition(shard, world, self.ranks_per_node, who)
             self.codecs = _codecs(codec, who)
-            torch_opt = _probe(optimizer_class, opt_kwargs)
+            build_optimizer(optimizer_class, groups, [torch.zeros(1)], opt_kwargs)  # the class takes them?
             crc = 0
             for p in groups[0]["params"]:
                 crc = zlib.crc32(p.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes(), crc)
@@ -99,7 +102,6 @@ class AMSP(torch.optim.Optimizer):
                          [(tuple(p.shape), str(p.dtype)) for p in groups[0]["params"]], crc,
                          sorted((k, repr(v)) for k, v in opt_kwargs.items()), self.shard, self.ranks_per_node,
                          sorted(self.codecs.items()))
-            del torch_opt
         except MpicompError as e:
             error = e
         agree(self._meta, who, error, signature, _describe)
@@ -131,8 +133,7 @@ class AMSP(torch.optim.Optimizer):
             else:
                 u.adopt()
                 u.release()
-        self.inner = optimizer_class([{**{k: v for k, v in self.param_groups[0].items() if k != "params"},
-                                       "params": [self.master]}])
+        self.inner = build_optimizer(optimizer_class, self.param_groups, [self.master], opt_kwargs)
         self.param_groups[0].update({k: v for k, v in self.inner.param_groups[0].items() if k != "params"})
         self.hooks = Hooks(self.units, self._gather, self._reduce_scatter)
         self._waited = 0.0  # seconds in collectives since the last step
@@ -297,14 +298,6 @@ def _codecs(codec, who):
                                 f"got {c.name!r}")
         out[k] = c.name
     return out
-
-
-def _probe(optimizer_class, opt_kwargs):
-    try:
-        return optimizer_class([torch.zeros(1, requires_grad=True)], **opt_kwargs)
-    except (TypeError, ValueError) as e:
-        raise ArgumentError(f"{optimizer_class.__name__}({', '.join(f'{k}={v!r}' for k, v in opt_kwargs.items())})"
-                            f" rejected its arguments: {e}") from None
 
 
 def _describe(sig):

@@ -25,12 +25,14 @@ The planner returns the valid partition with the least modelled time that fits i
 ``memory_per_rank`` (ties: less memory, then the smaller partition).
 """
 
+import json
 from dataclasses import dataclass, field
 
 from ...errors import ArgumentError, MpicompError
-from .groups import Groups, check_partition, check_ranks_per_node, valid_partitions
+from .groups import Groups, check_ranks_per_node, valid_partitions
 
-__all__ = ["plan", "Plan", "Candidate", "Collective", "PlanError", "memory_bytes", "communication_plan"]
+__all__ = ["plan", "Plan", "Candidate", "Collective", "PlanError", "memory_bytes", "communication_plan",
+           "bandwidth_from_bench"]
 
 
 class PlanError(MpicompError, ValueError):
@@ -99,8 +101,7 @@ def communication_plan(num_params, shard, world_size, ranks_per_node, param_byte
         if p == 1:
             return
         spans = lead.spans_nodes(group, ranks_per_node)
-        sent = repeat * {"allgather": (p - 1) * bytes_in, "reduce_scatter": (p - 1) * bytes_in // p,
-                         "allreduce": 2 * (p - 1) * bytes_in // p}[op]
+        sent = repeat * _sent(op, p, bytes_in)
         rounds = 2 * (p - 1) if op == "allreduce" else p - 1
         seconds = calls * rounds * latency + sent / (inter_bandwidth if spans else intra_bandwidth)
         steps.append(Collective(op, what, group, p, spans, calls, sent, seconds))
@@ -154,6 +155,31 @@ class Plan:
                          f"{_gb(m['grads']):>8} {_gb(m['optimizer']):>9}  {_gb(m['total']):>8}  "
                          f"{'yes' if c.fits else 'no':<4}  {c.seconds * 1e3:>7.4g}  {inter:.4g}")
         return "\n".join(lines)
+
+
+def _sent(op, p, bytes_in):
+    """Bytes one rank sends in a call over p ranks with ``bytes_in`` bytes of input (as
+    mpicomp.stats() counts them: the bandwidth-optimal algorithms)."""
+    return {"allgather": (p - 1) * bytes_in, "reduce_scatter": (p - 1) * bytes_in // p,
+            "allreduce": 2 * (p - 1) * bytes_in // p}[op]
+
+
+def bandwidth_from_bench(path):
+    """Bytes/s per rank measured by ``mpicomp-bench allgather|reduce_scatter|allreduce
+    --json PATH``: what each rank sends in the largest call of codec "none" in the file
+    (its ``size`` is the input per rank), over that call's average latency. Run the
+    benchmark with all ranks of a node at once (intra-node) or one group spanning nodes
+    (inter-node), as the collectives it stands for run."""
+    try:
+        with open(path) as f:
+            records = [r for r in json.load(f) if r.get("codec") == "none"
+                       and r.get("op") in ("allgather", "reduce_scatter", "allreduce") and r.get("np", 1) > 1]
+    except (OSError, ValueError, TypeError, AttributeError) as e:
+        raise ArgumentError(f"amsp: cannot read benchmark results {path!r}: {e}") from None
+    if not records:
+        raise ArgumentError(f"amsp: {path!r} has no multi-rank collective measured with codec none")
+    r = max(records, key=lambda r: (r["size"], -r["avg_latency_us"]))
+    return _sent(r["op"], r["np"], r["size"]) / (r["avg_latency_us"] * 1e-6)
 
 
 def _gb(n):
@@ -211,7 +237,6 @@ def plan(num_params, world_size, ranks_per_node, memory_per_rank, activation_byt
                   state_bytes=state_bytes, modules=modules, micro_batches=micro_batches)
     candidates = []
     for shard in valid_partitions(world_size, rpn):
-        check_partition(shard, world_size, rpn, "amsp.plan")
         mem = memory_bytes(num_params, shard, activation_bytes, param_bytes, grad_bytes, state_bytes)
         comm = communication_plan(num_params, shard, world_size, rpn, param_bytes, grad_bytes, modules,
                                   micro_batches, intra_bandwidth, inter_bandwidth, latency)

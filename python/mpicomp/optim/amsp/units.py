@@ -10,7 +10,7 @@ optimizer's callback reduce-scatters it and the gradients are dropped.
 
 import torch
 
-__all__ = ["Unit", "make_units"]
+__all__ = ["Unit", "Hooks", "check_model", "make_units"]
 
 
 class Unit:
@@ -65,6 +65,22 @@ class Unit:
 
     def held_bytes(self):
         return self.full.untyped_storage().nbytes() if self.sharded else 0
+
+
+def check_model(model):
+    """What makes ``model`` unfit for units (None if nothing): a parameter owned by two
+    modules (weight tying: one module would release what the other computes with), or
+    one that takes no gradient (its module's gradients would never be complete)."""
+    owner = {}
+    for name, m in model.named_modules():
+        for pname, p in m.named_parameters(recurse=False):
+            here = f"{name}.{pname}" if name else pname
+            if id(p) in owner:
+                return f"parameter {here} is also {owner[id(p)]} (tied weights are not supported)"
+            owner[id(p)] = here
+            if not p.requires_grad:
+                return f"parameter {here} does not require grad (frozen parameters are not supported)"
+    return None
 
 
 def make_units(model, s_os, sharded):
