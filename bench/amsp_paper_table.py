@@ -33,7 +33,8 @@ def main():
     for recompute in (True, False):
         print(f"\nActivations {'with full recomputation' if recompute else 'without recomputation'}; "
               f"one {a.seq}-token sequence per GPU per micro-batch, {a.batch_tokens} tokens per step\n")
-        print("| model | activations GB | " + " | ".join(f"{w} GPUs" for w in WORLDS) + " | paper | paper's pick here |")
+        columns = " | ".join(f"{w} GPUs" for w in WORLDS)
+        print(f"| model | activations GB | {columns} | paper | paper's pick here |")
         print("|---" * (len(WORLDS) + 4) + "|")
         for name, (f, layers, width) in MODELS.items():
             act = activations(layers, width, a.seq, recompute)

@@ -64,7 +64,8 @@ def main():
     for r in rows:
         m = r["measured_over_formula"]
         lines.append(f"| {tuple(r['shard'])} | {r['max_loss_diff']:.2e} | {r['seconds_per_step'] * 1e3:.1f} | "
-                     f"{r['wire_bytes_per_step'] / 1e6:.3f} | {m['params']:.3f}, {m['grads']:.3f}, {m['optimizer']:.3f} |")
+                     f"{r['wire_bytes_per_step'] / 1e6:.3f} | "
+                     f"{m['params']:.3f}, {m['grads']:.3f}, {m['optimizer']:.3f} |")
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -363,7 +363,8 @@ def check_checkpoint(sd, optimizer_class, shapes, numel):
     if sd["optimizer"] != mine:
         raise CheckpointError(f"checkpoint of optimizer {sd['optimizer']}, this one wraps {mine}")
     if sd["shapes"] != shapes:
-        raise ShapeMismatchError(f"checkpoint is of another model: parameter shapes {_first_difference(sd['shapes'], shapes)}")
+        raise ShapeMismatchError(f"checkpoint is of another model: parameter shapes "
+                                 f"{_first_difference(sd['shapes'], shapes)}")
     if (not torch.is_tensor(sd["master"]) or tuple(sd["master"].shape) != (numel,)
             or len(sd["state"]) != len(shapes) or len(sd["param_groups"]) != len(shapes)):
         raise CheckpointError("checkpoint is corrupt: master vector or group lists of the wrong size")
