@@ -56,3 +56,4 @@ def test_bad_arguments(make, match):
 def test_unknown_codec():
     with pytest.raises(mpicomp.CodecError):
         AMSP(toy_model(), torch.optim.AdamW, (1, 1, 1), codec="int3")
+

@@ -217,3 +217,39 @@ def test_bad_checkpoints_raise_on_every_rank():
     opt.load_state_dict(sd)  # still usable, and all ranks in step
     amsp_step(model, opt, 1)
     assert_same_on_all_ranks(opt.full_parameters())
+
+
+class _DictOut(torch.nn.Module):
+    """A module owning its parameter and returning a dict holding a tuple."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(3, 6, generator=torch.Generator().manual_seed(3)))
+
+    def forward(self, x):
+        return {"out": (x @ self.weight.T,)}
+
+
+def test_parameters_come_back_for_backward_through_nested_outputs():
+    """With s_p = N a module's parameters are released after its forward; its backward must
+    find them gathered again, whatever structure holds its output."""
+    model, ref = _DictOut(), _DictOut()
+    opt = AMSP(model, torch.optim.SGD, shard=(N, N, N), lr=0.1)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    assert all(u.held_bytes() == 0 for u in opt.units)
+    opt.zero_grad()
+    # an input that needs a gradient: the backward reads the weight itself
+    x, x_ref = toy_batch(RANK, 0)[0].requires_grad_(), toy_batch(RANK, 0)[0].requires_grad_()
+    mpicomp.reset_stats()
+    model(x)["out"][0].sum().backward()
+    # gathered before the forward and again before the backward
+    assert mpicomp.stats()["allgather"]["calls"] == 2
+    opt.step()
+    ref(x_ref)["out"][0].sum().backward()
+    torch.testing.assert_close(x.grad, x_ref.grad, rtol=0, atol=0)
+    ref_opt.zero_grad()
+    sum(ref(toy_batch(r, 0)[0])["out"][0].sum() for r in range(N)).backward()
+    for p in ref.parameters():
+        p.grad /= N
+    ref_opt.step()
+    torch.testing.assert_close(opt.full_parameters(), flat(ref), rtol=1e-5, atol=1e-6)

@@ -117,8 +117,8 @@ class Hooks:
         if torch.is_grad_enabled():
             # The backward of this module starts when the gradient of its output arrives:
             # gather the parameters again then.
-            for t in (out if isinstance(out, (tuple, list)) else [out]):
-                if isinstance(t, torch.Tensor) and t.requires_grad:
+            for t in _tensors(out):
+                if t.requires_grad:
                     t.register_hook(lambda g, u=unit: self._gather(u))
 
     def _arrived(self, unit):
@@ -131,3 +131,15 @@ class Hooks:
         for h in self.handles:
             h.remove()
         self.handles = []
+
+
+def _tensors(out):
+    """The tensors in a module's output (a tensor, or tuples, lists and dicts of them)."""
+    if isinstance(out, torch.Tensor):
+        yield out
+    elif isinstance(out, (tuple, list)):
+        for x in out:
+            yield from _tensors(x)
+    elif isinstance(out, dict):
+        for x in out.values():
+            yield from _tensors(x)
