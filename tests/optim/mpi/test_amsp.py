@@ -253,3 +253,29 @@ def test_parameters_come_back_for_backward_through_nested_outputs():
         p.grad /= N
     ref_opt.step()
     torch.testing.assert_close(opt.full_parameters(), flat(ref), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("shard", [(1, N, N), (N, N, N)])
+def test_mixed_precision_is_the_papers_memory_model(shard):
+    """bf16 parameters and gradients, fp32 master and AdamW moments: 2F/s_p + 2F/s_g +
+    12F/s_os bytes per rank (the paper's formula), the plan's bytes equal the counters, and
+    the training follows fp32's within bf16 rounding."""
+    model, exact = toy_model().to(torch.bfloat16), toy_model()
+    opt = AMSP(model, torch.optim.AdamW, shard=shard, **KW)
+    exact_opt = AMSP(exact, torch.optim.AdamW, shard=shard, **KW)
+    for step in range(3):
+        mpicomp.reset_stats()
+        opt.zero_grad()
+        x, y = toy_batch(RANK, step)
+        loss_of(model, (x.bfloat16(), y.bfloat16())).backward()
+        opt.step()
+        counted = mpicomp.stats()
+        assert sum(c.bytes for c in opt.communication_plan()) == sum(counted[op]["bytes_wire"] for op in counted)
+        amsp_step(exact, exact_opt, step)
+    padded = sum(u.padded for u in opt.units)
+    s_p, s_g, s_os = shard
+    mem = opt.memory()
+    assert (mem["params"], mem["grads"], mem["optimizer"]) == (2 * padded // s_p, 2 * padded // s_g,
+                                                               12 * padded // s_os + 4)
+    assert opt.full_parameters().dtype == torch.bfloat16
+    torch.testing.assert_close(opt.full_parameters().float(), exact_opt.full_parameters(), rtol=0, atol=0.03)
