@@ -216,11 +216,13 @@ class AMSP(torch.optim.Optimizer):
         rows = mine.view(1, -1)
         if update.Get_size() > 1:
             rows = mpicomp.allgather(mine, comm=update, codec=self.wire["update"]).view(update.Get_size(), -1)
-        for i in range(len(self.units)):
+        for i, u in enumerate(self.units):
             self.p_shard[self._p_at[i]:self._p_at[i + 1]] = rows[:, self._os_at[i]:self._os_at[i + 1]].reshape(-1)
+            u.release()  # a copy still gathered (a forward that raised) is stale now
 
     def zero_grad(self, set_to_none=True):
-        """Clears the gradient shard (and any parameter's ``.grad``)."""
+        """Clears the gradient shard and any parameter's ``.grad`` (``set_to_none`` is
+        accepted for torch.optim's signature: the shard is always zeroed)."""
         self.g_shard.zero_()
         for u in self.units:
             u.ready = 0
