@@ -3,6 +3,7 @@ compressed by mpicomp according to a policy.
 
     mpiexec -n 4 python examples/train_gpt.py --dp 2 --tp 2 --pp 1 --policy hybrid --steps 200
     mpiexec -n 4 python examples/train_gpt.py --optimizer acco --micro-batches 2 --steps 200
+    mpiexec -n 4 python examples/train_gpt.py --optimizer amsp --shard 1,2,4 --ranks-per-node 2
 
 The corpus is the Python standard library's own sources (of the interpreter running this
 script), read as bytes: available offline on every machine, tokenised at byte level
@@ -20,7 +21,9 @@ writes a JSON log.
 policy's dp codec), "zero1" (mpicomp.optim.ZeRO1 over mesh.dp: AdamW state sharded, gradient
 reduce-scatter with the dp codec) or "acco" (mpicomp.optim.ACCO over mesh.dp: communication
 overlapped with further micro-batches; --micro-batches bounds each round, --acco-max-micro-batches
-lets fast ranks add more). zero1 and acco need --pp 1 (GPipe owns the backward pass).
+lets fast ranks add more), or "amsp" (mpicomp.optim.AMSP over mesh.dp with --shard
+s_p,s_g,s_os, default 1,1,dp: ZeRO-1; --amsp-codec on collectives between nodes, of
+--ranks-per-node ranks each). zero1, acco and amsp need --pp 1 (GPipe owns the backward pass).
 """
 
 import argparse
@@ -38,7 +41,7 @@ from mpi4py import MPI
 
 import mpicomp
 import mpicomp.torch as mt
-from mpicomp.optim import ACCO, ZeRO1
+from mpicomp.optim import ACCO, AMSP, ZeRO1
 
 VOCAB = 256
 
@@ -55,10 +58,14 @@ def parse_args(argv=None):
     p.add_argument("--min-bytes", type=int, default=0,
                    help="messages smaller than this go uncompressed (mpicomp.config.min_bytes); 0 compresses "
                         "everything, which a small model needs to show the policies' effect")
-    p.add_argument("--optimizer", choices=("adamw", "zero1", "acco"), default="adamw",
+    p.add_argument("--optimizer", choices=("adamw", "zero1", "acco", "amsp"), default="adamw",
                    help="adamw: replicated AdamW; zero1 / acco: mpicomp.optim over mesh.dp (see above)")
     p.add_argument("--acco-max-micro-batches", type=int, default=None,
                    help="acco: most micro-batches per round per rank (default: --micro-batches, deterministic)")
+    p.add_argument("--shard", type=lambda t: tuple(int(x) for x in t.split(",")), default=None,
+                   metavar="S_P,S_G,S_OS", help="amsp: the partition (default 1,1,dp)")
+    p.add_argument("--ranks-per-node", type=int, default=None, help="amsp: ranks per node (default: MPI's)")
+    p.add_argument("--amsp-codec", default="none", help="amsp: codec of the collectives between nodes")
     p.add_argument("--slow-rank", type=int, default=None,
                    help="this rank sleeps in every micro-batch as long as the micro-batch took (2x slower)")
     p.add_argument("--layers", type=int, default=2, help="transformer blocks")
@@ -217,6 +224,10 @@ class Trainer:
         codec = policy.codec("dp", "gradients")
         if args.optimizer == "adamw":
             self.opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
+        elif args.optimizer == "amsp":
+            self.opt = AMSP(model, torch.optim.AdamW, shard=args.shard or (1, 1, mesh.dp_size), comm=mesh.dp,
+                            ranks_per_node=args.ranks_per_node, codec={"intra": "none", "inter": args.amsp_codec},
+                            lr=args.lr, weight_decay=0.0)
         elif args.optimizer == "zero1":
             self.opt = ZeRO1(model.parameters(), torch.optim.AdamW, comm=mesh.dp, grad_codec=codec,
                              error_feedback=policy.dp_error_feedback, lr=args.lr, weight_decay=0.0)
@@ -315,6 +326,8 @@ def main(argv=None):
     state = opt.optimizer_state_bytes() if hasattr(opt, "optimizer_state_bytes") else \
         sum(v.numel() * v.element_size() for s in opt.state.values() for v in s.values() if torch.is_tensor(v))
     states = world.gather(state, root=0)
+    if hasattr(opt, "memory"):  # amsp: bytes held per rank, beside the planner's formula
+        log["memory"] = world.gather(opt.memory(), root=0)
     if world.Get_rank() == 0:
         steps = log["steps"]
         tail = steps[-max(1, args.steps // 10):]

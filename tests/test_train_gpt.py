@@ -113,3 +113,14 @@ def test_help_has_no_empty_entries():
         if line.startswith("  -") and len(line.split("  ")) < 3:
             assert i + 1 < len(lines) and lines[i + 1].startswith(" " * 10), f"no help for {line.strip()}"
     assert options
+
+
+def test_amsp_zero3_corner(runs, tmp_path):
+    """--optimizer amsp --shard 2,2,2 (ZeRO-3 on 2 ranks): AdamW's losses to float
+    tolerance, and each rank holds half of the parameters, gradients and state."""
+    log = train(tmp_path, "amsp", "--dp", "2", "--policy", "none", "--optimizer", "amsp", "--shard", "2,2,2")
+    for a, b in zip(losses(runs["adamw_none"]), losses(log)):
+        assert abs(a - b) <= 1e-5 * abs(a)
+    for mem in log["memory"]:
+        assert abs(mem["params"] - mem["formula"]["params"]) <= 4 * 64  # padding: < s_os per module
+        assert mem["formula"]["params"] == 4 * log["parameters"] / 2

@@ -7,12 +7,14 @@
     mpiexec -n 2 mpicomp-bench allreduce -m 64K:16M --codec none,int8 --compare mpi -c --table wide
     mpicomp-bench plot results.json [more.json ...] -o fig.png
     mpicomp-bench summary results.json [...] [--sizes 1M,64M | --crossover]
+    mpicomp-bench plan --params 7G --world 1024 --ranks-per-node 8 --memory 80G --activations 20G
 """
 import argparse
 import sys
 
 from mpi4py import MPI
 
+from . import plan
 from .options import COLLECTIVE_PEERS, PT2PT_PEERS, add_common, add_data, codec_list
 
 
@@ -42,6 +44,8 @@ def parser():
     t.add_argument("--sizes", default="1M,16M,64M", help="sizes to tabulate (default 1M,16M,64M)")
     t.add_argument("--crossover", action="store_true",
                    help="instead: per codec, the size from which it beats codec none at every larger size")
+    a = sub.add_parser("plan", help="AMSP's planner: the (s_p, s_g, s_os) with the least communication that fits")
+    plan.add_arguments(a)
     c = sub.add_parser("codecs", help="codec throughput on one core vs memcpy (one process)")
     c.add_argument("--codec", dest="codecs", type=codec_list, default=None, metavar="SPEC[,SPEC...]",
                    help="codecs to measure (default: every codec of this build)")
@@ -60,7 +64,7 @@ def main(argv=None):
         # A wide row is printed when its size is measured: gloo's pass comes after all sizes.
         if "mpi" not in args.compare or "gloo" in args.compare:
             p.error("--table wide shows speed-ups over the MPI library: it needs --compare mpi (and takes no gloo)")
-    if args.command in ("codecs", "pt2pt", "plot", "summary"):
+    if args.command in ("codecs", "pt2pt", "plot", "summary", "plan"):
         import importlib
 
         return importlib.import_module(f".{args.command}", __package__).run(args)

@@ -20,7 +20,7 @@ import mpicomp
 
 from ..errors import ArgumentError, MpicompError, ShapeMismatchError
 
-__all__ = ["ShardedOptimizer", "CheckpointError", "RankFailedError"]
+__all__ = ["ShardedOptimizer", "CheckpointError", "RankFailedError", "build_optimizer", "check_checkpoint"]
 
 _FORMAT = "mpicomp.optim/1"
 
@@ -186,12 +186,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         """The wrapped optimizer over this rank's shard (probe: over stand-in tensors, to
         learn at construction whether the class takes these arguments)."""
         shards = [torch.zeros(1) for _ in groups] if probe else self._shard_params
-        inner_groups = [{**{k: v for k, v in g.items() if k != "params"}, "params": [s]} for g, s in zip(groups, shards)]
-        try:
-            return optimizer_class(inner_groups, **opt_kwargs)
-        except (TypeError, ValueError) as e:
-            raise ArgumentError(f"{optimizer_class.__name__}({', '.join(f'{k}={v!r}' for k, v in opt_kwargs.items())})"
-                                f" rejected its arguments: {e}") from None
+        return build_optimizer(optimizer_class, groups, shards, opt_kwargs)
 
     # -- the sharded update ------------------------------------------------------------
 
@@ -325,27 +320,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
             inner.update(saved)
 
     def _check_checkpoint(self, sd):
-        if not isinstance(sd, dict) or sd.get("format") != _FORMAT:
-            raise CheckpointError(f"not an mpicomp.optim checkpoint (format {_FORMAT!r} expected, got "
-                                  f"{sd.get('format') if isinstance(sd, dict) else type(sd).__name__!r})")
-        missing = {"optimizer", "shapes", "param_groups", "master", "state", "checksum"} - set(sd)
-        if missing:
-            raise CheckpointError(f"checkpoint lacks {sorted(missing)}")
-        mine = f"{self.optimizer_class.__module__}.{self.optimizer_class.__qualname__}"
-        if sd["optimizer"] != mine:
-            raise CheckpointError(f"checkpoint of optimizer {sd['optimizer']}, this one wraps {mine}")
-        shapes = [[list(p.shape) for p in g["params"]] for g in self.param_groups]
-        if sd["shapes"] != shapes:
-            raise ShapeMismatchError(f"checkpoint is of another model: parameter shapes {_first_difference(sd['shapes'], shapes)}")
-        if (not torch.is_tensor(sd["master"]) or tuple(sd["master"].shape) != (self._layout.numel,)
-                or len(sd["state"]) != len(shapes) or len(sd["param_groups"]) != len(shapes)):
-            raise CheckpointError("checkpoint is corrupt: master vector or group lists of the wrong size")
-        try:
-            crc = _checksum(sd)
-        except (AttributeError, TypeError, ValueError, RuntimeError) as e:
-            raise CheckpointError(f"checkpoint is corrupt: {e}") from None
-        if crc != sd["checksum"]:
-            raise CheckpointError("checkpoint is corrupt: its checksum does not match its contents")
+        check_checkpoint(sd, self.optimizer_class, [[list(p.shape) for p in g["params"]] for g in self.param_groups],
+                         self._layout.numel)
 
     # -- torch.optim.Optimizer surface -------------------------------------------------
 
@@ -360,6 +336,44 @@ class ShardedOptimizer(torch.optim.Optimizer):
         out = fn(*args)
         self.stats["comm_wait_s"] += time.perf_counter() - start
         return out
+
+
+def build_optimizer(optimizer_class, groups, tensors, opt_kwargs):
+    """``optimizer_class`` over one tensor per param group (each group's other settings
+    kept); ArgumentError when the class rejects the arguments."""
+    inner_groups = [{**{k: v for k, v in g.items() if k != "params"}, "params": [t]} for g, t in zip(groups, tensors)]
+    try:
+        return optimizer_class(inner_groups, **opt_kwargs)
+    except (TypeError, ValueError) as e:
+        raise ArgumentError(f"{optimizer_class.__name__}({', '.join(f'{k}={v!r}' for k, v in opt_kwargs.items())})"
+                            f" rejected its arguments: {e}") from None
+
+
+def check_checkpoint(sd, optimizer_class, shapes, numel):
+    """Raises CheckpointError (or ShapeMismatchError for another model's) unless ``sd`` is
+    an intact checkpoint of this format for ``optimizer_class`` over parameters of these
+    ``shapes`` (a list per group) with ``numel`` elements in all."""
+    if not isinstance(sd, dict) or sd.get("format") != _FORMAT:
+        raise CheckpointError(f"not an mpicomp.optim checkpoint (format {_FORMAT!r} expected, got "
+                              f"{sd.get('format') if isinstance(sd, dict) else type(sd).__name__!r})")
+    missing = {"optimizer", "shapes", "param_groups", "master", "state", "checksum"} - set(sd)
+    if missing:
+        raise CheckpointError(f"checkpoint lacks {sorted(missing)}")
+    mine = f"{optimizer_class.__module__}.{optimizer_class.__qualname__}"
+    if sd["optimizer"] != mine:
+        raise CheckpointError(f"checkpoint of optimizer {sd['optimizer']}, this one wraps {mine}")
+    if sd["shapes"] != shapes:
+        raise ShapeMismatchError(f"checkpoint is of another model: parameter shapes "
+                                 f"{_first_difference(sd['shapes'], shapes)}")
+    if (not torch.is_tensor(sd["master"]) or tuple(sd["master"].shape) != (numel,)
+            or len(sd["state"]) != len(shapes) or len(sd["param_groups"]) != len(shapes)):
+        raise CheckpointError("checkpoint is corrupt: master vector or group lists of the wrong size")
+    try:
+        crc = _checksum(sd)
+    except (AttributeError, TypeError, ValueError, RuntimeError) as e:
+        raise CheckpointError(f"checkpoint is corrupt: {e}") from None
+    if crc != sd["checksum"]:
+        raise CheckpointError("checkpoint is corrupt: its checksum does not match its contents")
 
 
 def _checksum(sd):

@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""Every valid AMSP partition on examples/train_gpt.py against replicated AdamW (DDP), one
+after the other with the same seed and flags: per-step losses, time per step, bytes sent,
+and memory per rank measured beside the planner's formula. Writes
+bench/results/amsp-partitions-NAME.{json,md}.
+
+    bench/amsp_partitions.py NAME [--np 4] [--ranks-per-node 2] -- TRAIN_GPT_FLAGS...
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def train(args, flags, extra, tmp, tag):
+    log = Path(tmp) / f"{tag}.json"
+    cmd = [str(Path(sys.executable).parent / "mpiexec"), "-n", str(args.np), sys.executable,
+           str(ROOT / "examples" / "train_gpt.py"), *flags, *extra, "--json", str(log)]
+    print("#", " ".join(cmd), flush=True)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
+    if r.returncode:
+        sys.exit(f"{tag} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+    print(r.stdout.strip().splitlines()[-1], flush=True)
+    return json.loads(log.read_text())
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("name", help="results go to bench/results/amsp-partitions-NAME.{json,md}")
+    p.add_argument("--np", type=int, default=4, help="ranks")
+    p.add_argument("--ranks-per-node", type=int, default=2, help="ranks per emulated node")
+    p.add_argument("flags", nargs="*", help="train_gpt.py flags (after --)")
+    args = p.parse_args()
+    from mpicomp.optim.amsp.groups import valid_partitions
+
+    flags = ["--policy", "none", *args.flags]
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        ddp = train(args, flags, ["--optimizer", "adamw"], tmp, "adamw")
+        for shard in valid_partitions(args.np, args.ranks_per_node):
+            log = train(args, flags, ["--optimizer", "amsp", "--shard", ",".join(map(str, shard)),
+                                      "--ranks-per-node", str(args.ranks_per_node)], tmp, f"amsp-{shard}")
+            diff = max(abs(a["loss"] - b["loss"]) for a, b in zip(log["steps"], ddp["steps"]))
+            mem = log["memory"]
+            ratio = {k: max(m[k] / m["formula"][k] for m in mem) for k in ("params", "grads", "optimizer")}
+            rows.append({"shard": shard, "max_loss_diff": diff, "final_loss": log["final_loss"],
+                         "seconds_per_step": log["seconds_per_step"], "wire_bytes_per_step": log["wire_bytes_per_step"],
+                         "memory": mem, "measured_over_formula": ratio})
+    out = ROOT / "bench" / "results" / f"amsp-partitions-{args.name}"
+    summary = {"command": " ".join(sys.argv), "np": args.np, "ranks_per_node": args.ranks_per_node,
+               "ddp_final_loss": ddp["final_loss"], "ddp_seconds_per_step": ddp["seconds_per_step"],
+               "ddp_wire_bytes_per_step": ddp["wire_bytes_per_step"], "partitions": rows}
+    out.with_suffix(".json").write_text(json.dumps(summary, indent=1))
+    lines = [f"`{summary['command']}`", "",
+             f"DDP (replicated AdamW, allreduce): final loss {ddp['final_loss']:.6f}, "
+             f"{ddp['seconds_per_step'] * 1e3:.1f} ms/step, {ddp['wire_bytes_per_step'] / 1e6:.3f} MB/step", "",
+             "| (s_p, s_g, s_os) | max abs loss diff vs DDP | ms/step | MB sent/step (all ranks) | "
+             "measured / formula: params, grads, optimizer (worst rank) |", "|---|---|---|---|---|"]
+    for r in rows:
+        m = r["measured_over_formula"]
+        lines.append(f"| {tuple(r['shard'])} | {r['max_loss_diff']:.2e} | {r['seconds_per_step'] * 1e3:.1f} | "
+                     f"{r['wire_bytes_per_step'] / 1e6:.3f} | "
+                     f"{m['params']:.3f}, {m['grads']:.3f}, {m['optimizer']:.3f} |")
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
