@@ -123,6 +123,21 @@ def test_corrupt_frames_raise_codec_error(damage):
         c.decode(frame, x.size)
 
 
+@pytest.mark.parametrize("kind", ["sparse", "noise", "mixed"])
+def test_every_cut_of_a_frame_raises(kind):
+    """Cut anywhere (every 16-byte boundary; other lengths are never frames), a frame raises
+    CodecError: none decodes to zeros past the cut."""
+    rng = np.random.default_rng(5)
+    x = {"sparse": gradient_like(200_000), "noise": rng.standard_normal(70_000).astype(np.float32),
+         "mixed": np.concatenate([np.zeros(40_000, np.float32), rng.standard_normal(40_000).astype(np.float32)])}[kind]
+    c = mpicomp.codec("lz4")
+    frame = c.encode(x)
+    assert np.array_equal(c.decode(frame, x.size), x)
+    for cut in range(0, frame.size, 16):
+        with pytest.raises(mpicomp.CodecError):
+            c.decode(frame[:cut], x.size)
+
+
 def test_nvcomp_names_only_where_nvcomp_is():
     names = mpicomp.available_codecs()
     assert "lz4" in names

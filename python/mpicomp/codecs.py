@@ -127,12 +127,15 @@ class Codec:
         dtype = _dtype_name(dtype)
         self.check_dtype(dtype)
         data = np.ascontiguousarray(data, dtype=np.uint8)
-        self._check_size(data.size, count, dtype)
+        self._check_data(data, count, dtype)
         room = np.zeros(self.encoded_bytes(count, dtype), np.uint8)  # a frame's decoder may read up to its bound
         room[: data.size] = data
         out = np.empty(count, np.dtype(dtype))
         _core.decode(self.id, self.block, DTYPE_IDS[dtype], room.ctypes.data, count, 1.0, out.ctypes.data)
         return out
+
+    def _check_data(self, data, count, dtype):
+        self._check_size(data.size, count, dtype)
 
     def _check_size(self, size, count, dtype):
         if size != self.encoded_bytes(count, dtype):
@@ -292,6 +295,9 @@ class PowerSGDCodec(Codec):
     decode = encode
 
 
+_FRAME_ALIGN, _CHUNK_BYTES = 16, 65536  # format.h: kFrameAlign, kChunkBytes
+
+
 class _LosslessCodec(Codec):
     """Lossless: the input's bytes compressed in 64 KiB chunks, each stored as it is when
     compressing does not shrink it, so a frame is at most 4 bytes per chunk and 30 per frame
@@ -304,8 +310,22 @@ class _LosslessCodec(Codec):
         return np.zeros(np.shape(x))
 
     def _check_size(self, size, count, dtype):
-        if size > self.encoded_bytes(count, dtype) or size % 16:
+        if size > self.encoded_bytes(count, dtype) or size % _FRAME_ALIGN:
             raise CodecError(f"data has {size} bytes, which is not a {self.name} frame of {count} {dtype} elements")
+
+    def _check_data(self, data, count, dtype):
+        """A frame says how long it is (format.h: a header of one stored size per 64 KiB
+        chunk, each chunk padded to 16 bytes): anything shorter or longer is damaged, and the
+        decoder, which reads up to the largest frame's size, would see zeros past the cut."""
+        self._check_size(data.size, count, dtype)
+        chunks = -(-count * _ITEMSIZE[dtype] // _CHUNK_BYTES)
+        header = -(-4 * chunks // _FRAME_ALIGN) * _FRAME_ALIGN
+        if data.size < header:
+            raise CodecError(f"{self.name} frame cut short: {data.size} bytes, its header alone has {header}")
+        stored = data[:4 * chunks].view("<u4") & 0x7FFFFFFF
+        size = header + int(np.sum(-(-stored.astype(np.int64) // _FRAME_ALIGN) * _FRAME_ALIGN))
+        if size != data.size:
+            raise CodecError(f"{self.name} frame damaged: its header describes {size} bytes, the data has {data.size}")
 
     def check_memory(self, on_device):
         if on_device and not nvcomp_loaded():
