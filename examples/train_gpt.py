@@ -4,6 +4,7 @@ compressed by mpicomp according to a policy.
     mpiexec -n 4 python examples/train_gpt.py --dp 2 --tp 2 --pp 1 --policy hybrid --steps 200
     mpiexec -n 4 python examples/train_gpt.py --optimizer acco --micro-batches 2 --steps 200
     mpiexec -n 4 python examples/train_gpt.py --optimizer amsp --shard 1,2,4 --ranks-per-node 2
+    mpiexec -n 4 python examples/train_gpt.py --optimizer diloco --sync-every 50 --islands 2 --outer-codec int8
 
 The corpus is the Python standard library's own sources (of the interpreter running this
 script), read as bytes: available offline on every machine, tokenised at byte level
@@ -23,7 +24,10 @@ reduce-scatter with the dp codec) or "acco" (mpicomp.optim.ACCO over mesh.dp: co
 overlapped with further micro-batches; --micro-batches bounds each round, --acco-max-micro-batches
 lets fast ranks add more), or "amsp" (mpicomp.optim.AMSP over mesh.dp with --shard
 s_p,s_g,s_os, default 1,1,dp: ZeRO-1; --amsp-codec on collectives between nodes, of
---ranks-per-node ranks each). zero1, acco and amsp need --pp 1 (GPipe owns the backward pass).
+--ranks-per-node ranks each), or "diloco" (mpicomp.optim.DiLoCo: --islands groups of
+mesh.dp replicas, gradients averaged exactly inside an island every step, the islands'
+outer gradients averaged every --sync-every steps with --outer-codec, in --fragments
+staggered fragments). zero1, acco and amsp need --pp 1 (GPipe owns the backward pass).
 """
 
 import argparse
@@ -41,7 +45,7 @@ from mpi4py import MPI
 
 import mpicomp
 import mpicomp.torch as mt
-from mpicomp.optim import ACCO, AMSP, ZeRO1
+from mpicomp.optim import ACCO, AMSP, DiLoCo, ZeRO1
 
 VOCAB = 256
 
@@ -58,7 +62,7 @@ def parse_args(argv=None):
     p.add_argument("--min-bytes", type=int, default=0,
                    help="messages smaller than this go uncompressed (mpicomp.config.min_bytes); 0 compresses "
                         "everything, which a small model needs to show the policies' effect")
-    p.add_argument("--optimizer", choices=("adamw", "zero1", "acco", "amsp"), default="adamw",
+    p.add_argument("--optimizer", choices=("adamw", "zero1", "acco", "amsp", "diloco"), default="adamw",
                    help="adamw: replicated AdamW; zero1 / acco: mpicomp.optim over mesh.dp (see above)")
     p.add_argument("--acco-max-micro-batches", type=int, default=None,
                    help="acco: most micro-batches per round per rank (default: --micro-batches, deterministic)")
@@ -66,6 +70,12 @@ def parse_args(argv=None):
                    metavar="S_P,S_G,S_OS", help="amsp: the partition (default 1,1,dp)")
     p.add_argument("--ranks-per-node", type=int, default=None, help="amsp: ranks per node (default: MPI's)")
     p.add_argument("--amsp-codec", default="none", help="amsp: codec of the collectives between nodes")
+    p.add_argument("--sync-every", type=int, default=50, help="diloco: H, inner steps per outer step")
+    p.add_argument("--outer-codec", default="none", help="diloco: codec of the outer gradients (none, bf16, int8, int4)")
+    p.add_argument("--outer-lr", type=float, default=0.7, help="diloco: outer Nesterov SGD learning rate")
+    p.add_argument("--fragments", type=int, default=1, help="diloco: fragments of Streaming DiLoCo")
+    p.add_argument("--islands", type=int, default=None,
+                   help="diloco: groups of data-parallel replicas (default: every replica is its own island)")
     p.add_argument("--slow-rank", type=int, default=None,
                    help="this rank sleeps in every micro-batch as long as the micro-batch took (2x slower)")
     p.add_argument("--layers", type=int, default=2, help="transformer blocks")
@@ -228,6 +238,8 @@ class Trainer:
             self.opt = AMSP(model, torch.optim.AdamW, shard=args.shard or (1, 1, mesh.dp_size), comm=mesh.dp,
                             ranks_per_node=args.ranks_per_node, codec={"intra": "none", "inter": args.amsp_codec},
                             lr=args.lr, weight_decay=0.0)
+        elif args.optimizer == "diloco":
+            self.opt = self._diloco(args, mesh, model)
         elif args.optimizer == "zero1":
             self.opt = ZeRO1(model.parameters(), torch.optim.AdamW, comm=mesh.dp, grad_codec=codec,
                              error_feedback=policy.dp_error_feedback, lr=args.lr, weight_decay=0.0)
@@ -239,6 +251,22 @@ class Trainer:
                             max_micro_batches=args.acco_max_micro_batches or k, grad_codec=codec,
                             error_feedback=policy.dp_error_feedback, lr=args.lr, weight_decay=0.0)
             self.index = 0
+
+    @staticmethod
+    def _diloco(args, mesh, model):
+        """DiLoCo over mesh.dp cut into --islands islands of consecutive replicas: exact
+        gradient averaging inside an island (inner_comm), outer gradients across islands
+        (comm: the replicas with the same place in their islands)."""
+        islands = args.islands or mesh.dp_size
+        if islands < 1 or mesh.dp_size % islands:
+            raise SystemExit(f"--islands {islands} must divide the {mesh.dp_size} data-parallel replicas")
+        per = mesh.dp_size // islands
+        island = mesh.dp.Split(mesh.dp_rank // per, mesh.dp_rank)
+        cross = mesh.dp.Split(mesh.dp_rank % per, mesh.dp_rank)
+        inner = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
+        return DiLoCo(model, inner, comm=cross, inner_comm=island if per > 1 else None, sync_every=args.sync_every,
+                      outer_lr=args.outer_lr, codec=args.outer_codec, error_feedback=args.outer_codec != "none",
+                      fragments=args.fragments)
 
     def _slow_down(self, seconds):
         if self.slow:
@@ -272,6 +300,10 @@ class Trainer:
                                    error_feedback=self.policy.dp_error_feedback)
             wait = time.perf_counter() - start
             self.opt.step()
+        elif args.optimizer == "diloco":
+            start = time.perf_counter()
+            self.opt.step()  # inner step; an outer one (or a fragment's) when due
+            wait = time.perf_counter() - start
         else:
             self.opt.step()
             wait = self.opt.stats["comm_wait_s"]
@@ -306,6 +338,7 @@ def main(argv=None):
         elapsed = world.allreduce(time.perf_counter() - start, op=MPI.MAX)
         loss = mesh.dp.allreduce(loss) / mesh.dp_size
         sent = world.gather((dict(mt.traffic.bytes), wire_bytes(), micro_batches, wait), root=0)
+        outer = world.allreduce(opt.bytes_sent) if args.optimizer == "diloco" else None
         if world.Get_rank() == 0:
             by_kind = {}
             for rank_bytes, _, _, _ in sent:
@@ -322,9 +355,14 @@ def main(argv=None):
                                  "wire_bytes": wire, "plain_bytes": plain, "micro_batches": per_rank,
                                  "comm_wait_s": waits})
             extra = f" micro-batches {per_rank} comm wait {max(waits) * 1e3:.1f} ms"
+            if outer is not None:  # diloco: what crossed between islands so far, all ranks
+                log["steps"][-1]["outer_bytes"] = outer
+                extra = (f" inner step {opt.inner_step} outer syncs {opt.outer_steps} outer bytes {outer / 1e6:.3f} MB"
+                         f" wait {max(waits) * 1e3:.1f} ms")
             progress(step, args.steps, loss, step_tokens / elapsed, wire, plain, extra)
+    inner = opt.inner_optimizer if args.optimizer == "diloco" else opt
     state = opt.optimizer_state_bytes() if hasattr(opt, "optimizer_state_bytes") else \
-        sum(v.numel() * v.element_size() for s in opt.state.values() for v in s.values() if torch.is_tensor(v))
+        sum(v.numel() * v.element_size() for s in inner.state.values() for v in s.values() if torch.is_tensor(v))
     states = world.gather(state, root=0)
     if hasattr(opt, "memory"):  # amsp: bytes held per rank, beside the planner's formula
         log["memory"] = world.gather(opt.memory(), root=0)

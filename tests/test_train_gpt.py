@@ -124,3 +124,14 @@ def test_amsp_zero3_corner(runs, tmp_path):
     for mem in log["memory"]:
         assert abs(mem["params"] - mem["formula"]["params"]) <= 4 * 64  # padding: < s_os per module
         assert mem["formula"]["params"] == 4 * log["parameters"] / 2
+
+
+def test_diloco_syncs_every_h_steps(tmp_path):
+    """--optimizer diloco --sync-every 2: nothing crosses between workers on steps 1 and 3,
+    int8 outer gradients on steps 2 and 4 (about a byte per parameter per rank, not four)."""
+    log = train(tmp_path, "diloco", "--dp", "2", "--policy", "none", "--optimizer", "diloco", "--sync-every", "2",
+                "--outer-codec", "int8")
+    outer = [s["outer_bytes"] for s in log["steps"]]
+    assert [s["wire_bytes"] for s in log["steps"]][0::2] == [0, 0]
+    assert outer[0] == 0 and 0 < outer[1] == outer[2] < outer[3]
+    assert outer[1] < 2 * 4 * log["parameters"] / 3
