@@ -64,3 +64,25 @@ def test_without_root_it_says_so():
     r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, NETEM,
                         "--", "true"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "needs root" in r.stderr
+
+
+def test_ranks_per_node_shapes_only_links_between_nodes():
+    """4 ranks as 2 nodes of 2 at 100 Mbit/s: 4 MB between ranks of one node take far less
+    than between nodes (0.34 s on the link), and each node's ranks share its address."""
+    before = namespaces()
+    prog = ("from mpi4py import MPI; import numpy as np, os, time; c = MPI.COMM_WORLD; x = np.ones(1 << 20, np.float32); "
+            "y = np.empty_like(x)\n"
+            "def t(a, b):\n"
+            "    c.Barrier(); s = time.perf_counter()\n"
+            "    if c.rank == a: c.Send(x, b); c.Recv(y, b)\n"
+            "    if c.rank == b: c.Recv(y, a); c.Send(x, a)\n"
+            "    return c.allreduce(time.perf_counter() - s, op=MPI.MAX)\n"
+            "t(0, 1); t(0, 2); intra, inter = t(0, 1), t(0, 2)\n"
+            "addrs = c.gather(os.environ['MPICOMP_NETEM_ADDR'])\n"
+            "print(addrs, intra, inter) if c.rank == 0 else None")
+    r = netem("--rate", "100mbit", "--ranks-per-node", "2", "--", MPIEXEC, "-n", "4", sys.executable, "-c", prog)
+    assert r.returncode == 0, r.stderr
+    addrs, intra, inter = r.stdout.rsplit("]", 1)[0] + "]", *map(float, r.stdout.rsplit("]", 1)[1].split())
+    assert addrs == str(["10.213.0.1", "10.213.0.1", "10.213.0.2", "10.213.0.2"])
+    assert inter > 0.5 and intra < inter / 4, (intra, inter)  # 8 MB both ways at 100 Mbit/s: >= 0.67 s
+    assert namespaces() == before
