@@ -4,7 +4,12 @@ after the other with the same seed and flags: per-step losses, time per step, by
 and memory per rank measured beside the planner's formula. Writes
 bench/results/amsp-partitions-NAME.{json,md}.
 
-    bench/amsp_partitions.py NAME [--np 4] [--ranks-per-node 2] -- TRAIN_GPT_FLAGS...
+    bench/amsp_partitions.py NAME [--np 4] [--ranks-per-node 2] [--netem 1gbit] -- TRAIN_GPT_FLAGS...
+
+--netem RATE runs every training under bench/netem --ranks-per-node (links between the
+emulated nodes at RATE, inside a node unshaped) and adds the planner's pick for that link
+(amsp.plan with this model's size, fp32 parameters, gradients and Adam state, and
+--intra-gbit inside a node) beside the measured fastest partition.
 """
 import argparse
 import json
@@ -21,6 +26,9 @@ def train(args, flags, extra, tmp, tag):
     log = Path(tmp) / f"{tag}.json"
     cmd = [str(Path(sys.executable).parent / "mpiexec"), "-n", str(args.np), sys.executable,
            str(ROOT / "examples" / "train_gpt.py"), *flags, *extra, "--json", str(log)]
+    if args.netem:
+        cmd = [sys.executable, str(ROOT / "bench" / "netem"), "--rate", args.netem, "--ranks-per-node",
+               str(args.ranks_per_node), "--", *cmd]
     print("#", " ".join(cmd), flush=True)
     r = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
     if r.returncode:
@@ -34,8 +42,13 @@ def main():
     p.add_argument("name", help="results go to bench/results/amsp-partitions-NAME.{json,md}")
     p.add_argument("--np", type=int, default=4, help="ranks")
     p.add_argument("--ranks-per-node", type=int, default=2, help="ranks per emulated node")
-    p.add_argument("flags", nargs="*", help="train_gpt.py flags (after --)")
-    args = p.parse_args()
+    p.add_argument("--netem", default=None, help="rate of the links between nodes, e.g. 1gbit (needs root)")
+    p.add_argument("--intra-gbit", type=float, default=20.0,
+                   help="bandwidth inside a node for the planner, Gbit/s (loopback TCP here)")
+    argv = sys.argv[1:]
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args = p.parse_args(argv[:cut])
+    args.flags = argv[cut + 1:]  # for examples/train_gpt.py
     from mpicomp.optim.amsp.groups import valid_partitions
 
     flags = ["--policy", "none", *args.flags]
@@ -53,8 +66,20 @@ def main():
                          "memory": mem, "measured_over_formula": ratio})
     out = ROOT / "bench" / "results" / f"amsp-partitions-{args.name}"
     summary = {"command": " ".join(sys.argv), "np": args.np, "ranks_per_node": args.ranks_per_node,
-               "ddp_final_loss": ddp["final_loss"], "ddp_seconds_per_step": ddp["seconds_per_step"],
+               "netem": args.netem, "ddp_final_loss": ddp["final_loss"], "ddp_seconds_per_step": ddp["seconds_per_step"],
                "ddp_wire_bytes_per_step": ddp["wire_bytes_per_step"], "partitions": rows}
+    pick_line = ""
+    if args.netem:
+        from mpicomp.optim import amsp
+
+        gbit = float(args.netem.lower().removesuffix("gbit")) if args.netem.lower().endswith("gbit") else None
+        if gbit:
+            chosen = amsp.plan(num_params=ddp["parameters"], world_size=args.np, ranks_per_node=args.ranks_per_node,
+                               memory_per_rank=1e15, intra_bandwidth=args.intra_gbit * 1e9 / 8,
+                               inter_bandwidth=gbit * 1e9 / 8, param_bytes=4, grad_bytes=4, state_bytes=12).shard
+            fastest = min(rows, key=lambda r: r["seconds_per_step"])["shard"]
+            summary.update(planner_pick=list(chosen), measured_fastest=list(fastest))
+            pick_line = f"Planner's pick {tuple(chosen)}, measured fastest {tuple(fastest)}."
     out.with_suffix(".json").write_text(json.dumps(summary, indent=1))
     lines = [f"`{summary['command']}`", "",
              f"DDP (replicated AdamW, allreduce): final loss {ddp['final_loss']:.6f}, "
@@ -66,6 +91,8 @@ def main():
         lines.append(f"| {tuple(r['shard'])} | {r['max_loss_diff']:.2e} | {r['seconds_per_step'] * 1e3:.1f} | "
                      f"{r['wire_bytes_per_step'] / 1e6:.3f} | "
                      f"{m['params']:.3f}, {m['grads']:.3f}, {m['optimizer']:.3f} |")
+    if pick_line:
+        lines += ["", pick_line]
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

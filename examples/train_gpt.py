@@ -74,6 +74,8 @@ def parse_args(argv=None):
     p.add_argument("--outer-codec", default="none", help="diloco: codec of the outer gradients (none, bf16, int8, int4)")
     p.add_argument("--outer-lr", type=float, default=0.7, help="diloco: outer Nesterov SGD learning rate")
     p.add_argument("--fragments", type=int, default=1, help="diloco: fragments of Streaming DiLoCo")
+    p.add_argument("--overlap", action="store_true",
+                   help="diloco: average outer gradients while the next inner step runs (tau = 1)")
     p.add_argument("--islands", type=int, default=None,
                    help="diloco: groups of data-parallel replicas (default: every replica is its own island)")
     p.add_argument("--slow-rank", type=int, default=None,
@@ -266,7 +268,7 @@ class Trainer:
         inner = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
         return DiLoCo(model, inner, comm=cross, inner_comm=island if per > 1 else None, sync_every=args.sync_every,
                       outer_lr=args.outer_lr, codec=args.outer_codec, error_feedback=args.outer_codec != "none",
-                      fragments=args.fragments)
+                      fragments=args.fragments, overlap=args.overlap)
 
     def _slow_down(self, seconds):
         if self.slow:

@@ -80,6 +80,13 @@ class DiLoCo:
     inner steps s with (s - f*H//F) % H == 0, so the outer traffic is spread over the H steps
     instead of one burst, each fragment still synced every H steps.
 
+    Overlap (``overlap=True``, Streaming DiLoCo section 2.3): a fragment's outer gradient is
+    averaged by a non-blocking allreduce while the next inner step runs; the outer step is
+    applied one inner step later (tau = 1), and the fragment's local parameters, which moved
+    meanwhile, are merged with the new global ones: theta_local <- alpha * theta_local +
+    (1 - alpha) * theta^(t), alpha = ``overlap_mix`` (the paper's mixing factor; 0 takes the
+    global parameters and drops the local step, which keeps replicas bit-identical).
+
     If any rank raises between two outer steps (in ``step()``, or in the training loop run
     inside ``with opt:``), every rank raises at the next outer step (a ShapeMismatchError
     naming the failed rank on the others) instead of waiting forever.
@@ -106,6 +113,9 @@ class DiLoCo:
             global parameters) or a function params -> optimizer.
         inner_comm: the fast in-island communicator: gradients are averaged over it (codec
             "none") before every inner step. None: each rank of comm is a worker.
+        overlap: average each fragment's outer gradient while the next inner step runs
+            (tau = 1, above). Needs MPI_THREAD_MULTIPLE (mpi4py's default).
+        overlap_mix: alpha of the merge after an overlapped sync, in [0, 1] (default 0.5).
 
     Attributes:
         inner_step: inner steps taken so far (the outer schedule counts from it).
@@ -121,7 +131,7 @@ class DiLoCo:
 
     def __init__(self, model, inner_optimizer, comm=MPI.COMM_WORLD, sync_every=500, outer_lr=0.7,
                  outer_momentum=0.9, nesterov=True, codec="none", error_feedback=False, fragments=1,
-                 outer_optimizer=None, inner_comm=None):
+                 outer_optimizer=None, inner_comm=None, overlap=False, overlap_mix=0.5):
         self.comm = _intracomm(comm, "comm")
         self.inner_comm = None if inner_comm is None else _intracomm(inner_comm, "inner_comm")
         self._comms = [self.comm] if inner_comm is None else [self.comm, self.inner_comm, self.comm]
@@ -130,8 +140,14 @@ class DiLoCo:
         # inner step), "outer" (the next outer step's) or None (this rank is in it already).
         self._pending = "inner" if inner_comm is not None else "outer"
         self.inner_step = self.outer_steps = self.bytes_sent = 0
+        self._inflight = []  # overlapped syncs under way: (fragment, outer gradient, Request)
         error = None
         try:
+            if not isinstance(overlap, bool):
+                raise ArgumentError(f"DiLoCo: overlap must be a bool, got {overlap!r}")
+            self.overlap, self.overlap_mix = overlap, _number(overlap_mix, "overlap_mix")
+            if self.overlap_mix > 1:
+                raise ArgumentError(f"DiLoCo: overlap_mix must be in [0, 1], got {overlap_mix!r}")
             self._configure(model, inner_optimizer, sync_every, outer_lr, outer_momentum, nesterov, codec,
                             error_feedback, fragments, outer_optimizer)
         except Exception as e:  # any rank's failure must reach the others' agreement
@@ -194,7 +210,7 @@ class DiLoCo:
 
     def _config(self):
         return {"sync_every": self.sync_every, "fragments": self.fragments, "codec": self.codec.name,
-                "error_feedback": self.error_feedback,
+                "error_feedback": self.error_feedback, "overlap": [self.overlap, self.overlap_mix],
                 "shapes": [tuple(p.shape) for p in self.params],
                 "dtypes": [str(p.dtype) for p in self.params]}
 
@@ -204,12 +220,17 @@ class DiLoCo:
     def _flat_local(self, f):
         return torch.cat([p.detach().reshape(-1).to("cpu", torch.float32) for p in self._fragment(f)])
 
-    def _set_local(self, f):
-        """Step 7 (and 2): the local parameters of fragment f := the global ones."""
+    def _set_local(self, f, mix=0.0):
+        """Step 7 (and 2): the local parameters of fragment f := the global ones, or
+        mix * local + (1 - mix) * global after an overlapped sync."""
         flat, offset = self.global_params[f].detach(), 0
         with torch.no_grad():
             for p in self._fragment(f):
-                p.copy_(flat[offset:offset + p.numel()].view_as(p))
+                g = flat[offset:offset + p.numel()].view_as(p)
+                if mix:
+                    p.lerp_(g.to(p.device, p.dtype), 1.0 - mix)
+                else:
+                    p.copy_(g)
                 offset += p.numel()
 
     def _broadcast_initial(self):
@@ -249,30 +270,53 @@ class DiLoCo:
                 allreduce_gradients(self.model, comm=self.inner_comm, codec="none")
             loss = self.inner_optimizer.step(closure)
             self.inner_step += 1
+            self._land()  # the syncs started one inner step ago (tau = 1)
             if due:
                 self._pending = None  # whatever this agreement raises, every rank raises it
                 agree("DiLoCo.step", self._comms, None, self._signature())
                 self._pending = "inner" if self.inner_comm is not None else "outer"
                 for f in due:
-                    self._outer_step(f)
+                    if self.overlap:
+                        self._launch(f)
+                    else:
+                        self._outer_step(f)
         except BaseException as e:
             self.abort(e)
         return loss
 
-    def _outer_step(self, f):
+    def _outer_gradient(self, f):
         delta = self.global_params[f].detach() - self._flat_local(f)  # step 4
         before = traffic.bytes[_KEY]
         traffic.allreduce(_KEY, delta, self.comm.Get_size(), self.codec)
         self.bytes_sent += traffic.bytes[_KEY] - before
+        return delta
+
+    def _outer_step(self, f):
+        delta = self._outer_gradient(f)
         mpicomp.allreduce(delta, comm=self.comm, codec=self.codec, op="avg", out=delta,  # step 5
                           error_feedback=self.feedback[f])
+        self._apply(f, delta)
+
+    def _launch(self, f):
+        delta = self._outer_gradient(f)
+        request = mpicomp.iallreduce(delta, comm=self.comm, codec=self.codec, op="avg", out=delta,
+                                     error_feedback=self.feedback[f])
+        self._inflight.append((f, delta, request))
+
+    def _land(self):
+        inflight, self._inflight = self._inflight, []
+        for f, delta, request in inflight:
+            request.wait()
+            self._apply(f, delta, self.overlap_mix)
+
+    def _apply(self, f, delta, mix=0.0):
         # step 6 for this fragment only: torch optimizers skip parameters without a gradient
         for g in self.global_params:
             g.grad = None
         self.global_params[f].grad = delta
         self.outer_optimizer.step()
         self.global_params[f].grad = None
-        self._set_local(f)  # step 7
+        self._set_local(f, mix)  # step 7
         self.outer_steps += 1
 
     def abort(self, error):
@@ -282,6 +326,12 @@ class DiLoCo:
         if self._failed is not None:
             raise error
         self._failed = f"{type(error).__name__}: {error}"
+        for _, _, request in self._inflight:  # every rank started it: it completes
+            try:
+                request.wait()
+            except Exception:  # noqa: BLE001 - the error being raised is the one to report
+                pass
+        self._inflight = []
         pending, self._pending = self._pending, None
         # Take part, with the error, in the agreements the others meet next: the island's
         # at the next inner step (if that is still ahead), then the one of the next outer step.
@@ -307,7 +357,9 @@ class DiLoCo:
 
     # --- state and checkpoints ----------------------------------------------------------
     def state_dict(self):
-        """This rank's whole state (torch.optim style; local, no communication)."""
+        """This rank's whole state (torch.optim style; no communication but the completion
+        of an overlapped sync under way, which is applied first)."""
+        self._land()
         return _diloco_checkpoint.state_dict(self)
 
     def load_state_dict(self, state):
@@ -316,7 +368,9 @@ class DiLoCo:
 
     def save(self, path, data_position=None):
         """Collective: writes a checkpoint of every worker to ``path`` (rank 0 writes,
-        atomically). Call it right after an outer step (see docs/diloco.md)."""
+        atomically). Call it right after an outer step (see docs/diloco.md); an overlapped
+        sync under way is applied first."""
+        self._land()
         _diloco_checkpoint.save(self, path, data_position)
 
     def load(self, path):

@@ -95,6 +95,50 @@ def test_outer_nesterov_matches_torch_sgd():
     assert opt.outer_steps == 3
 
 
+@pytest.mark.parametrize("mix,fragments", [(0.5, 1), (0.0, 2)])
+def test_overlap_applies_each_sync_one_inner_step_late(mix, fragments):
+    """overlap=True against a single-process rendering of Streaming DiLoCo's tau = 1: the
+    average of the outer gradients taken at a sync step is applied after the next inner
+    step, and the fragment's local parameters merged as mix * local + (1 - mix) * global."""
+    H = 3
+    model = toy_model()
+    opt = DiLoCo(model, torch.optim.AdamW(model.parameters(), lr=1e-2), sync_every=H, fragments=fragments,
+                 overlap=True, overlap_mix=mix)
+    local = toy_model()
+    local_opt = torch.optim.AdamW(local.parameters(), lr=1e-2)
+    bounds = opt.fragment_bounds
+    params = list(local.parameters())
+    frag = [params[bounds[f]:bounds[f + 1]] for f in range(fragments)]
+    glob = [torch.nn.Parameter(torch.cat([p.detach().reshape(-1) for p in frag[f]])) for f in range(fragments)]
+    outer = torch.optim.SGD(glob, lr=0.7, momentum=0.9, nesterov=True)
+    pending = []
+    for step in range(4 * H):
+        inner_step(model, opt, step)
+        inner_step(local, local_opt, step)
+        for f, avg in pending:  # lands one inner step after it started
+            for g in glob:
+                g.grad = None
+            glob[f].grad = avg
+            outer.step()
+            glob[f].grad = None
+            flat_g, o = glob[f].detach(), 0
+            with torch.no_grad():
+                for p in frag[f]:
+                    p.copy_(mix * p + (1 - mix) * flat_g[o:o + p.numel()].view_as(p))
+                    o += p.numel()
+        pending = []
+        s = step + 1
+        for f in range(fragments):
+            if (s - f * H // fragments) % H == 0:
+                delta = (glob[f].detach() - torch.cat([p.detach().reshape(-1) for p in frag[f]])).double().numpy()
+                pending.append((f, torch.from_numpy(WORLD.allreduce(delta) / N).float()))
+        torch.testing.assert_close(flat(model), flat(local), rtol=0, atol=2e-6)
+    assert opt.outer_steps == sum(1 for s in range(1, 4 * H) for f in range(fragments)
+                                  if (s - f * H // fragments) % H == 0)
+    if mix == 0.0:  # the global parameters taken whole: replicas equal again after each landing
+        assert same_on_all_ranks(torch.cat([g.detach() for g in opt.global_params]))
+
+
 def test_fragments_cover_every_parameter_once_and_sync_staggered():
     H, Fr = 6, 3
     model = toy_model()
