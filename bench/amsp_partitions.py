@@ -76,7 +76,8 @@ def main():
         if gbit:
             chosen = amsp.plan(num_params=ddp["parameters"], world_size=args.np, ranks_per_node=args.ranks_per_node,
                                memory_per_rank=1e15, intra_bandwidth=args.intra_gbit * 1e9 / 8,
-                               inter_bandwidth=gbit * 1e9 / 8, param_bytes=4, grad_bytes=4, state_bytes=12).shard
+                               inter_bandwidth=gbit * 1e9 / 8, param_bytes=4, grad_bytes=4, state_bytes=12,
+                               modules=log["amsp_modules"]).shard
             fastest = min(rows, key=lambda r: r["seconds_per_step"])["shard"]
             summary.update(planner_pick=list(chosen), measured_fastest=list(fastest))
             pick_line = f"Planner's pick {tuple(chosen)}, measured fastest {tuple(fastest)}."

@@ -4,9 +4,12 @@
 loss, time per token, comm wait, optimizer memory) goes to bench/results/optim-NAME.json,
 with loss-vs-tokens and loss-vs-seconds plots in optim-NAME.png.
 
-    bench/optim_compare.py NAME [--np 4] [--optimizers adamw,zero1,acco] [--netem 1gbit] -- TRAIN_GPT_FLAGS...
+    bench/optim_compare.py NAME [--np 4] [--optimizers adamw,zero1,acco] [--netem 1gbit [--ranks-per-node K]]
+                           -- TRAIN_GPT_FLAGS...
 
---netem RATE runs every training under bench/netem (one shaped link shared by the ranks).
+--netem RATE runs every training under bench/netem (one shaped link shared by the ranks; with
+--ranks-per-node K only the links between nodes of K ranks are shaped, e.g. DiLoCo's islands).
+Times per token are compared with zero1's when it runs, else with the first optimizer's.
 """
 import argparse
 import json
@@ -24,7 +27,8 @@ def run(opt, args, flags, tmp):
     cmd = [str(Path(sys.executable).parent / "mpiexec"), "-n", str(args.np), sys.executable,
            str(ROOT / "examples" / "train_gpt.py"), *flags, "--optimizer", opt, "--json", str(log)]
     if args.netem:
-        cmd = [sys.executable, str(ROOT / "bench" / "netem"), "--rate", args.netem, "--", *cmd]
+        topology = ["--ranks-per-node", str(args.ranks_per_node)] if args.ranks_per_node else []
+        cmd = [sys.executable, str(ROOT / "bench" / "netem"), "--rate", args.netem, *topology, "--", *cmd]
     print("#", " ".join(cmd), flush=True)
     r = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
     if r.returncode:
@@ -39,13 +43,15 @@ def main():
     p.add_argument("--np", type=int, default=4, help="ranks")
     p.add_argument("--optimizers", default="adamw,zero1,acco", help="comma-separated --optimizer values")
     p.add_argument("--netem", default=None, help="emulated link rate, e.g. 1gbit (needs root)")
+    p.add_argument("--ranks-per-node", type=int, default=None, help="with --netem: shape only links between nodes")
     argv = sys.argv[1:]
     cut = argv.index("--") if "--" in argv else len(argv)
     a = p.parse_args(argv[:cut])
     flags = argv[cut + 1:]  # for examples/train_gpt.py
     with tempfile.TemporaryDirectory() as tmp:
         logs = {opt: run(opt, a, flags, tmp) for opt in a.optimizers.split(",")}
-    summary = {"command": " ".join(sys.argv), "np": a.np, "netem": a.netem, "flags": flags, "runs": {}}
+    summary = {"command": " ".join(sys.argv), "np": a.np, "netem": a.netem, "ranks_per_node": a.ranks_per_node,
+               "flags": flags, "runs": {}}
     for opt, log in logs.items():
         steps = log["steps"]
         summary["runs"][opt] = {
@@ -56,28 +62,33 @@ def main():
             "optimizer_state_bytes_per_rank": log.get("optimizer_state_bytes"),
             "micro_batches_last_step": steps[-1]["micro_batches"],
             "loss": [s["loss"] for s in steps], "tokens_at": [s["tokens"] for s in steps],
+            "peak_wire_bytes_per_step": max(s["wire_bytes"] for s in steps),
+            "wire_bytes_at": [sum(t["wire_bytes"] for t in steps[:i + 1]) for i in range(len(steps))],
             "seconds_at": [sum(t["seconds"] for t in steps[:i + 1]) for i in range(len(steps))]}
-    base = summary["runs"].get("zero1")
-    if base:
-        for r in summary["runs"].values():
-            r["time_per_token_vs_zero1"] = r["seconds_per_token"] / base["seconds_per_token"]
+    name = "zero1" if "zero1" in summary["runs"] else next(iter(summary["runs"]))
+    summary["base"] = name
+    for r in summary["runs"].values():
+        r["time_per_token_vs_base"] = r["seconds_per_token"] / summary["runs"][name]["seconds_per_token"]
     out = ROOT / "bench" / "results" / f"optim-{a.name}"
     out.with_suffix(".json").write_text(json.dumps(summary, indent=1))
     for opt, r in summary["runs"].items():
         print(f"{opt:6s} final loss {r['final_loss']:.4f}  {r['seconds_per_token'] * 1e6:8.2f} us/token  "
-              f"({r.get('time_per_token_vs_zero1', 1):.2f}x zero1)  comm wait {r['comm_wait_s_per_step'] * 1e3:.1f} "
+              f"({r['time_per_token_vs_base']:.2f}x {name})  comm wait {r['comm_wait_s_per_step'] * 1e3:.1f} "
               f"ms/step  state {r['optimizer_state_bytes_per_rank']} B/rank  mb {r['micro_batches_last_step']}")
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     for opt, r in summary["runs"].items():
         axes[0].plot(r["tokens_at"], r["loss"], label=opt)
         axes[1].plot(r["seconds_at"], r["loss"], label=opt)
+        axes[2].plot([b / 1e6 for b in r["wire_bytes_at"]], r["loss"], label=opt)
     axes[0].set_xlabel("tokens")
     axes[1].set_xlabel("seconds")
+    axes[2].set_xlabel("MB sent (all ranks)")
+    axes[2].set_xscale("symlog")
     for ax in axes:
         ax.set_ylabel("training loss")
         ax.legend()

@@ -368,6 +368,7 @@ def main(argv=None):
     states = world.gather(state, root=0)
     if hasattr(opt, "memory"):  # amsp: bytes held per rank, beside the planner's formula
         log["memory"] = world.gather(opt.memory(), root=0)
+        log["amsp_modules"] = len(opt.units)  # for the planner: gathers and scatters per step
     if world.Get_rank() == 0:
         steps = log["steps"]
         tail = steps[-max(1, args.steps // 10):]
