@@ -6,8 +6,9 @@ Every worker trains a small byte-level language model (embedding of the last --c
 bytes, a 2-layer MLP, next-byte logits) on the Python standard library's sources (the
 corpus of examples/train_gpt.py), with its own batches. Runs, same seed and tokens:
 "ddp" (gradients averaged every step, AdamW), DiLoCo with H = 10 and 50 (inner AdamW,
-outer Nesterov SGD lr 0.7 momentum 0.9, codec none), and DiLoCo H = 50 with outer codecs
-bf16, int8, int4 (int4 with error feedback). Loss: mean over ranks of the last 20 steps'
+outer Nesterov SGD lr 0.7 momentum 0.9, codec none), H = 200, DiLoCo H = 50 with outer codecs
+bf16, int8, int4 (int4 with error feedback), and Streaming DiLoCo at H = 50 with 4 fragments,
+without and with overlap. Loss: mean over ranks of the last 20 steps'
 training loss, plus the loss of rank 0's model on a held-out slice at the end. Bytes:
 payload this rank sent (mpicomp.torch.traffic's count). One JSON file per run.
 """
@@ -32,8 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 from train_gpt import load_corpus  # noqa: E402
 
 WORLD = MPI.COMM_WORLD
-RUNS = {"ddp": None, "h10": (10, "none"), "h50": (50, "none"), "h50-bf16": (50, "bf16"),
-        "h50-int8": (50, "int8"), "h50-int4": (50, "int4")}
+# name: (H, outer codec, fragments, overlap); None: DDP
+RUNS = {"ddp": None, "h10": (10, "none", 1, False), "h50": (50, "none", 1, False), "h200": (200, "none", 1, False),
+        "h50-bf16": (50, "bf16", 1, False), "h50-int8": (50, "int8", 1, False), "h50-int4": (50, "int4", 1, False),
+        "h50-f4": (50, "none", 4, False), "h50-f4-overlap": (50, "none", 4, True)}
 
 
 def model(args):
@@ -58,9 +61,10 @@ def run(name, data, held_out, args):
     if RUNS[name] is None:
         opt = inner
     else:
-        h, codec = RUNS[name]
-        opt = DiLoCo(net, inner, comm=WORLD, sync_every=h, codec=codec, error_feedback=codec == "int4")
-    losses, start = [], time.perf_counter()
+        h, codec, fragments, overlap = RUNS[name]
+        opt = DiLoCo(net, inner, comm=WORLD, sync_every=h, codec=codec, error_feedback=codec == "int4",
+                     fragments=fragments, overlap=overlap)
+    losses, step_bytes, start = [], [], time.perf_counter()
     for step in range(args.steps):
         x, y = batch(data, args, step, WORLD.Get_rank())
         opt.zero_grad()
@@ -68,7 +72,9 @@ def run(name, data, held_out, args):
         loss.backward()
         if opt is inner:
             mt.allreduce_gradients(net, comm=WORLD, codec="none")
+        before = mt.traffic.total()
         opt.step()
+        step_bytes.append(mt.traffic.total() - before)
         losses.append(loss.item())
     seconds = time.perf_counter() - start
     with torch.no_grad():
@@ -76,9 +82,11 @@ def run(name, data, held_out, args):
         y = torch.from_numpy(held_out[args.context:4000 + args.context:4].astype(np.int64))
         held = F.cross_entropy(net(x), y).item()
     train = WORLD.allreduce(float(np.mean(losses[-20:]))) / WORLD.Get_size()
-    return {"run": name, "workers": WORLD.Get_size(), "steps": args.steps, "sync_every": RUNS[name] and RUNS[name][0],
-            "codec": RUNS[name] and RUNS[name][1], "train_loss_last20": train, "held_out_loss": held,
-            "bytes_sent_rank0": mt.traffic.total(), "seconds": seconds,
+    h, codec, fragments, overlap = RUNS[name] or (None, None, None, None)
+    return {"run": name, "workers": WORLD.Get_size(), "steps": args.steps, "sync_every": h, "codec": codec,
+            "fragments": fragments, "overlap": overlap, "train_loss_last20": train, "held_out_loss": held,
+            "bytes_sent_rank0": mt.traffic.total(), "peak_bytes_per_step_rank0": max(step_bytes),
+            "loss_per_step_rank0": losses, "bytes_per_step_rank0": step_bytes, "seconds": seconds,
             "params": sum(p.numel() for p in net.parameters()), "min_bytes": mpicomp.config.min_bytes}
 
 
