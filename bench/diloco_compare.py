@@ -70,9 +70,9 @@ def run(name, data, held_out, args):
         opt.zero_grad()
         loss = F.cross_entropy(net(x), y)
         loss.backward()
+        before = mt.traffic.total()
         if opt is inner:
             mt.allreduce_gradients(net, comm=WORLD, codec="none")
-        before = mt.traffic.total()
         opt.step()
         step_bytes.append(mt.traffic.total() - before)
         losses.append(loss.item())
@@ -90,6 +90,32 @@ def run(name, data, held_out, args):
             "params": sum(p.numel() for p in net.parameters()), "min_bytes": mpicomp.config.min_bytes}
 
 
+def plot(out, names):
+    """Loss (smoothed over 50 steps) against inner steps and against bytes rank 0 sent, for
+    the runs' JSON files in out: diloco-runs.png."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for name in names:
+        r = json.load(open(os.path.join(out, f"diloco-{name}.json")))
+        loss = np.convolve(r["loss_per_step_rank0"], np.ones(50) / 50, mode="valid")
+        sent = np.cumsum(r["bytes_per_step_rank0"])[49:] / 1e6
+        axes[0].plot(np.arange(50, 50 + loss.size), loss, label=name, lw=1)
+        axes[1].plot(sent, loss, label=name, lw=1)
+    axes[0].set_xlabel("inner step")
+    axes[1].set_xlabel("MB sent by rank 0 (log)")
+    axes[1].set_xscale("log")
+    for ax in axes:
+        ax.set_ylabel("training loss, rank 0, mean of 50 steps")
+        ax.legend(fontsize=8)
+    fig.suptitle("DiLoCo vs DDP, 4 workers (bench/diloco_compare.py)")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "diloco-runs.png"), dpi=80)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=300)
@@ -99,8 +125,11 @@ def main(argv=None):
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--runs", default=",".join(RUNS))
-    p.add_argument("--out", default=None, help="directory for diloco-<run>.json (rank 0)")
+    p.add_argument("--out", default=None, help="directory for diloco-<run>.json and diloco-runs.png (rank 0)")
+    p.add_argument("--plot-only", action="store_true", help="only plot the runs' JSON files already in --out")
     args = p.parse_args(argv)
+    if args.plot_only:
+        return plot(args.out, args.runs.split(","))
     torch.set_num_threads(1)
     corpus = load_corpus(2_200_000)
     data, held_out = corpus[:2_000_000], corpus[2_000_000:]
@@ -113,6 +142,8 @@ def main(argv=None):
                 with open(os.path.join(args.out, f"diloco-{name}.json"), "w") as f:
                     json.dump(dict(r, command=" ".join(["mpiexec", "-n", str(WORLD.Get_size()), "python"] + sys.argv)),
                               f, indent=1)
+    if WORLD.Get_rank() == 0 and args.out:
+        plot(args.out, args.runs.split(","))
 
 
 if __name__ == "__main__":
