@@ -56,6 +56,10 @@ class AMSP(torch.optim.Optimizer):
             (ranks are assumed placed in blocks: node i holds ranks i*rpn ... (i+1)*rpn-1).
         codec: wire codec of every collective, or {"intra": spec, "inter": spec} by whether
             a collective's group spans nodes (e.g. {"intra": "none", "inter": "int8"}).
+        error_feedback: with a lossy codec on the gradients' collectives (the s_g
+            reduce-scatter of each module, the state reduce-scatter, the replica allreduce),
+            carry what it dropped into the next step's gradients, one residual per
+            collective and module (mpicomp.ErrorFeedback). Residuals are not checkpointed.
         **opt_kwargs: passed to ``optimizer_class``.
 
     Attributes:
@@ -70,7 +74,7 @@ class AMSP(torch.optim.Optimizer):
     """
 
     def __init__(self, model, optimizer_class, shard, comm=MPI.COMM_WORLD, ranks_per_node=None, codec="none",
-                 **opt_kwargs):
+                 error_feedback=False, **opt_kwargs):
         who = "AMSP"
         if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
             raise ArgumentError(f"{who}: comm must be an mpi4py intra-communicator (e.g. mesh.dp), got {comm!r}")
@@ -94,6 +98,8 @@ class AMSP(torch.optim.Optimizer):
             self.ranks_per_node = check_ranks_per_node(ranks_per_node, world, who)
             self.shard = check_partition(shard, world, self.ranks_per_node, who)
             self.codecs = _codecs(codec, who)
+            if not isinstance(error_feedback, bool):
+                raise ArgumentError(f"{who}: error_feedback must be a bool, got {error_feedback!r}")
             build_optimizer(optimizer_class, groups, [torch.zeros(1)], opt_kwargs)  # the class takes them?
             crc = 0
             for p in groups[0]["params"]:
@@ -101,7 +107,7 @@ class AMSP(torch.optim.Optimizer):
             signature = (f"{optimizer_class.__module__}.{optimizer_class.__qualname__}",
                          [(tuple(p.shape), str(p.dtype)) for p in groups[0]["params"]], crc,
                          sorted((k, repr(v)) for k, v in opt_kwargs.items()), self.shard, self.ranks_per_node,
-                         sorted(self.codecs.items()))
+                         sorted(self.codecs.items()), error_feedback)
         except MpicompError as e:
             error = e
         agree(self._meta, who, error, signature, _describe)
@@ -112,6 +118,7 @@ class AMSP(torch.optim.Optimizer):
         self.comms = {g: comm.Split(self.groups.color[g], self.groups.key[g]) for g in GROUPS}
         self.wire = {g: self.codecs["inter" if self.groups.spans_nodes(g, self.ranks_per_node) else "intra"]
                      for g in GROUPS}
+        self.error_feedback, self._feedback = error_feedback, {}
         s_p, s_g, s_os = self.shard
         self.units = make_units(model, s_os, sharded=s_p > 1)
         for i, u in enumerate(self.units):
@@ -159,7 +166,8 @@ class AMSP(torch.optim.Optimizer):
         flat = unit.flat_grads()
         if self.shard[1] > 1:
             start = time.perf_counter()
-            flat = mpicomp.reduce_scatter(flat, comm=self.comms["grad"], codec=self.wire["grad"], op="avg")
+            flat = mpicomp.reduce_scatter(flat, comm=self.comms["grad"], codec=self.wire["grad"], op="avg",
+                                          error_feedback=self._residual("grad", i))
             self._waited += time.perf_counter() - start
         self.g_shard[self._g_at[i]:self._g_at[i + 1]] += flat
         for p in unit.params:
@@ -201,12 +209,21 @@ class AMSP(torch.optim.Optimizer):
         by_member = torch.cat([self.g_shard[self._g_at[i]:self._g_at[i + 1]].view(c, -1)
                                for i in range(len(self.units))], dim=1)
         if c > 1:
-            grad = mpicomp.reduce_scatter(by_member, comm=self.comms["state"], codec=self.wire["state"], op="avg")
+            grad = mpicomp.reduce_scatter(by_member, comm=self.comms["state"], codec=self.wire["state"], op="avg",
+                                          error_feedback=self._residual("state"))
         else:
             grad = by_member.view(-1)
         if self.comms["replica"].Get_size() > 1:
-            grad = mpicomp.allreduce(grad, comm=self.comms["replica"], codec=self.wire["replica"], op="avg")
+            grad = mpicomp.allreduce(grad, comm=self.comms["replica"], codec=self.wire["replica"], op="avg",
+                                     error_feedback=self._residual("replica"))
         return grad.float()
+
+    def _residual(self, group, unit=None):
+        """The ErrorFeedback of one gradient stream (a group's collective, per module for
+        the s_g reduce-scatter); None without error feedback or with an exact codec."""
+        if not self.error_feedback or mpicomp.codec(self.wire[group]).exact:
+            return None
+        return self._feedback.setdefault((group, unit), mpicomp.ErrorFeedback())
 
     def _redistribute(self):
         """Step 5: the update group's master shards, in order, make this rank's parameter
@@ -305,6 +322,6 @@ def _codecs(codec, who):
 def _describe(sig):
     if sig is None:
         return "no signature"
-    cls, shapes, crc, kwargs, shard, rpn, codecs = sig
+    cls, shapes, crc, kwargs, shard, rpn, codecs, feedback = sig
     return (f"{cls} over {len(shapes)} tensors (shapes {[s for s, _ in shapes][:6]}..., values crc {crc}), kwargs "
-            f"{dict(kwargs)}, shard {shard}, ranks_per_node {rpn}, codecs {dict(codecs)}")
+            f"{dict(kwargs)}, shard {shard}, ranks_per_node {rpn}, codecs {dict(codecs)}, error_feedback {feedback}")
