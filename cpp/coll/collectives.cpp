@@ -7,6 +7,7 @@
 
 #include "coll.h"
 #include "config.h"
+#include "mpi_count.h"
 #include "stages.h"
 #include "stats.h"
 
@@ -182,7 +183,7 @@ void allreduce(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   handshake(comm, sig);
   if (a.count == 0) return;
   if (sig.wire == CodecId::none && mt != MPI_DATATYPE_NULL) {
-    mpi_check(PMPI_Allreduce_c(x == y ? MPI_IN_PLACE : x, y, MPI_Count(a.count), mt, MPI_SUM, comm), "MPI_Allreduce");
+    mpic::allreduce(x == y ? MPI_IN_PLACE : x, y, a.count, mt, MPI_SUM, comm);
     if (a.avg) divide(y, a.dtype, a.count, ci.size);
     return;
   }
@@ -232,7 +233,7 @@ void reduce_scatter(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   handshake(comm, sig);
   if (a.count == 0) return;
   if (sig.wire == CodecId::none && mt != MPI_DATATYPE_NULL) {
-    mpi_check(PMPI_Reduce_scatter_block_c(x, y, MPI_Count(a.count), mt, MPI_SUM, comm), "MPI_Reduce_scatter_block");
+    mpic::reduce_scatter_block(x, y, a.count, mt, MPI_SUM, comm);
     if (a.avg) divide(y, a.dtype, a.count, ci.size);
     return;
   }
@@ -261,7 +262,7 @@ void allgather(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   if (sig.wire == CodecId::none) {
     // Any dtype: gathering moves bytes without arithmetic.
     MPI_Datatype bt = mt != MPI_DATATYPE_NULL ? mt : MPI_UINT16_T;
-    mpi_check(PMPI_Allgather_c(x, MPI_Count(a.count), bt, y, MPI_Count(a.count), bt, comm), "MPI_Allgather");
+    mpic::allgather(x, y, a.count, bt, comm);
     return;
   }
   Engine& e = engine_of(a);

@@ -133,11 +133,12 @@ int type_size(MPI_Datatype t) {
   return s;
 }
 
-int allreduce(const void* x, void* y, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm) {
+// Each entry point hands its own PMPI_ call (`mpi`) for the calls that pass through: the
+// int-count and the large-count forms alike, and only the forms the MPI library has.
+template <class F>
+int allreduce(const void* x, void* y, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm, F&& mpi) {
   auto d = decide(Coll::allreduce, count, dt, op, comm);
-  if (!d.args)
-    return passthrough(Coll::allreduce, d.why, comm, double(count) * type_size(dt),
-                       [&] { return PMPI_Allreduce_c(x, y, count, dt, op, comm); });
+  if (!d.args) return passthrough(Coll::allreduce, d.why, comm, double(count) * type_size(dt), mpi);
   if (x == MPI_IN_PLACE) x = y;
   return guarded(comm, [&] {
     d.args->residual = residual(comm, y, count, d.args->count);
@@ -145,12 +146,12 @@ int allreduce(const void* x, void* y, MPI_Count count, MPI_Datatype dt, MPI_Op o
   });
 }
 
-int reduce_scatter_block(const void* x, void* y, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm) {
+template <class F>
+int reduce_scatter_block(const void* x, void* y, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm,
+                         F&& mpi) {
   auto d = decide(Coll::reduce_scatter, count, dt, op, comm);
   int p = comm_size(comm);
-  if (!d.args)
-    return passthrough(Coll::reduce_scatter, d.why, comm, double(count) * p * type_size(dt),
-                       [&] { return PMPI_Reduce_scatter_block_c(x, y, count, dt, op, comm); });
+  if (!d.args) return passthrough(Coll::reduce_scatter, d.why, comm, double(count) * p * type_size(dt), mpi);
   // In place: the input is the receive buffer (size * count elements).
   std::vector<char> copy;
   if (x == MPI_IN_PLACE) {
@@ -163,13 +164,13 @@ int reduce_scatter_block(const void* x, void* y, MPI_Count count, MPI_Datatype d
   });
 }
 
-int allgather(const void* x, MPI_Count sc, MPI_Datatype st, void* y, MPI_Count rc, MPI_Datatype rt, MPI_Comm comm) {
+template <class F>
+int allgather(const void* x, MPI_Count sc, MPI_Datatype st, void* y, MPI_Count rc, MPI_Datatype rt, MPI_Comm comm,
+              F&& mpi) {
   bool same = x == MPI_IN_PLACE || (sc == rc && st == rt);
   auto d = same ? decide(Coll::allgather, rc, rt, MPI_OP_NULL, comm) : pass(Skip::datatype);
   int p = comm_size(comm);
-  if (!d.args)
-    return passthrough(Coll::allgather, d.why, comm, double(rc) * type_size(rt),
-                       [&] { return PMPI_Allgather_c(x, sc, st, y, rc, rt, comm); });
+  if (!d.args) return passthrough(Coll::allgather, d.why, comm, double(rc) * type_size(rt), mpi);
   std::vector<char> copy;
   if (x == MPI_IN_PLACE) {
     int r = 0;
@@ -184,11 +185,12 @@ int allgather(const void* x, MPI_Count sc, MPI_Datatype st, void* y, MPI_Count r
   });
 }
 
-int iallreduce(const void* x, void* y, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm, MPI_Request* req) {
+template <class F>
+int iallreduce(const void* x, void* y, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm, MPI_Request* req,
+               F&& mpi) {
   auto d = g_threads ? decide(Coll::allreduce, count, dt, op, comm) : pass(Skip::threads);
   if (!d.args)  // the request completes later: counted at its start, without a time
-    return passthrough(Coll::allreduce, d.why, comm, double(count) * type_size(dt),
-                       [&] { return PMPI_Iallreduce_c(x, y, count, dt, op, comm, req); });
+    return passthrough(Coll::allreduce, d.why, comm, double(count) * type_size(dt), mpi);
   if (x == MPI_IN_PLACE) x = y;
   return guarded(comm, [&] {  // the worker's allreduce counts itself when it runs
     d.args->residual = residual(comm, y, count, d.args->count);
@@ -301,31 +303,36 @@ MPICOMP_EXPORT int MPI_Finalize() {
 }
 
 MPICOMP_EXPORT int MPI_Allreduce(const void* x, void* y, int n, MPI_Datatype t, MPI_Op op, MPI_Comm c) {
-  return allreduce(x, y, n, t, op, c);
-}
-MPICOMP_EXPORT int MPI_Allreduce_c(const void* x, void* y, MPI_Count n, MPI_Datatype t, MPI_Op op, MPI_Comm c) {
-  return allreduce(x, y, n, t, op, c);
+  return allreduce(x, y, n, t, op, c, [&] { return PMPI_Allreduce(x, y, n, t, op, c); });
 }
 MPICOMP_EXPORT int MPI_Reduce_scatter_block(const void* x, void* y, int n, MPI_Datatype t, MPI_Op op, MPI_Comm c) {
-  return reduce_scatter_block(x, y, n, t, op, c);
-}
-MPICOMP_EXPORT int MPI_Reduce_scatter_block_c(const void* x, void* y, MPI_Count n, MPI_Datatype t, MPI_Op op,
-                                              MPI_Comm c) {
-  return reduce_scatter_block(x, y, n, t, op, c);
+  return reduce_scatter_block(x, y, n, t, op, c, [&] { return PMPI_Reduce_scatter_block(x, y, n, t, op, c); });
 }
 MPICOMP_EXPORT int MPI_Allgather(const void* x, int sc, MPI_Datatype st, void* y, int rc, MPI_Datatype rt,
                                  MPI_Comm c) {
-  return allgather(x, sc, st, y, rc, rt, c);
-}
-MPICOMP_EXPORT int MPI_Allgather_c(const void* x, MPI_Count sc, MPI_Datatype st, void* y, MPI_Count rc,
-                                   MPI_Datatype rt, MPI_Comm c) {
-  return allgather(x, sc, st, y, rc, rt, c);
+  return allgather(x, sc, st, y, rc, rt, c, [&] { return PMPI_Allgather(x, sc, st, y, rc, rt, c); });
 }
 MPICOMP_EXPORT int MPI_Iallreduce(const void* x, void* y, int n, MPI_Datatype t, MPI_Op op, MPI_Comm c,
                                   MPI_Request* r) {
-  return iallreduce(x, y, n, t, op, c, r);
+  return iallreduce(x, y, n, t, op, c, r, [&] { return PMPI_Iallreduce(x, y, n, t, op, c, r); });
+}
+
+// The large-count forms exist only where the MPI library has them (MPI-4: MPICH, not Open
+// MPI 5); mpi4py calls these when they are there.
+#if MPICOMP_MPI_LARGE_COUNT
+MPICOMP_EXPORT int MPI_Allreduce_c(const void* x, void* y, MPI_Count n, MPI_Datatype t, MPI_Op op, MPI_Comm c) {
+  return allreduce(x, y, n, t, op, c, [&] { return PMPI_Allreduce_c(x, y, n, t, op, c); });
+}
+MPICOMP_EXPORT int MPI_Reduce_scatter_block_c(const void* x, void* y, MPI_Count n, MPI_Datatype t, MPI_Op op,
+                                              MPI_Comm c) {
+  return reduce_scatter_block(x, y, n, t, op, c, [&] { return PMPI_Reduce_scatter_block_c(x, y, n, t, op, c); });
+}
+MPICOMP_EXPORT int MPI_Allgather_c(const void* x, MPI_Count sc, MPI_Datatype st, void* y, MPI_Count rc,
+                                   MPI_Datatype rt, MPI_Comm c) {
+  return allgather(x, sc, st, y, rc, rt, c, [&] { return PMPI_Allgather_c(x, sc, st, y, rc, rt, c); });
 }
 MPICOMP_EXPORT int MPI_Iallreduce_c(const void* x, void* y, MPI_Count n, MPI_Datatype t, MPI_Op op, MPI_Comm c,
                                     MPI_Request* r) {
-  return iallreduce(x, y, n, t, op, c, r);
+  return iallreduce(x, y, n, t, op, c, r, [&] { return PMPI_Iallreduce_c(x, y, n, t, op, c, r); });
 }
+#endif
