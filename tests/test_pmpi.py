@@ -12,6 +12,7 @@ from mpicomp.config import preload_path
 BIN = Path(sys.executable).parent
 PRELOAD = preload_path()
 SOURCE = Path(__file__).parent / "pmpi" / "check_collectives.c"
+THREADS_SOURCE = Path(__file__).parent / "pmpi" / "check_threads.c"
 
 
 def mpiexec(n, *cmd, timeout=240, **env):
@@ -147,3 +148,16 @@ def test_mpi4py_large_count_calls_are_compressed():
     # int8: within 2 stages of absmax/254 per rank-sum, far from exact but far below 1%.
     assert 0 < errs[0] < 0.01 and 0 < errs[1] < 0.01 and 0 < errs[2] < 0.01
     assert all(row[1] == 1 for row in stats_rows(r.stdout).values())
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_two_threads_on_two_communicators(tmp_path, n):
+    """An MPI_THREAD_MULTIPLE program whose two threads call MPI_Allreduce on their own
+    communicators at once, with error feedback: right results (tests/pmpi/check_threads.c),
+    all 100 calls compressed; the loop meets the threads' first calls in either order."""
+    exe = tmp_path / "check_threads"
+    subprocess.run([str(BIN / "mpicc"), "-O2", "-o", str(exe), str(THREADS_SOURCE), "-lm", "-lpthread"], check=True)
+    for _ in range(3):
+        r = mpiexec(n, exe, timeout=120, MPICOMP_CODEC="int8", MPICOMP_ERROR_FEEDBACK="1", MPICOMP_STATS="1")
+        assert r.returncode == 0 and "threads: 0 failed checks" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
+        assert stats_rows(r.stdout)["allreduce"][1] == 100

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <tuple>
 #include <vector>
 
@@ -34,7 +35,10 @@ bool g_active = false;  // MPI_Init ran through us and read the settings
 bool g_threads = false;
 
 // ---- private duplicates, cached on the user's communicator ----
+// Created once, whichever thread of an MPI_THREAD_MULTIPLE program calls first: two keyvals
+// made at once would leave one communicator's duplicate under the one that is then lost.
 int g_keyval[2] = {MPI_KEYVAL_INVALID, MPI_KEYVAL_INVALID};
+std::once_flag g_keyval_once[2];
 
 int free_dup(MPI_Comm, int, void* attr, void*) {
   MPI_Comm* dup = static_cast<MPI_Comm*>(attr);
@@ -44,10 +48,15 @@ int free_dup(MPI_Comm, int, void* attr, void*) {
 }
 
 // ---- error feedback, one residual per (communicator, receive buffer, count) ----
+// Threads insert at once (each on its own communicator): the map is locked. An entry is then
+// used without the lock, by the one thread whose communicator it belongs to (MPI forbids
+// two threads' collectives on one communicator at once); map nodes never move.
+std::mutex g_residuals_mutex;
 std::map<std::tuple<MPI_Comm, const void*, MPI_Count>, std::vector<float>> g_residuals;
 
 float* residual(MPI_Comm comm, const void* key, MPI_Count count, size_t n) {
   if (!g_settings.error_feedback) return nullptr;
+  std::lock_guard<std::mutex> g(g_residuals_mutex);
   auto& r = g_residuals[{comm, key, count}];
   r.resize(n, 0.f);
   return r.data();
@@ -266,8 +275,9 @@ void print_stats() {
 
 MPI_Comm private_comm(MPI_Comm comm, int slot) {
   int& keyval = g_keyval[slot];
-  if (keyval == MPI_KEYVAL_INVALID)
+  std::call_once(g_keyval_once[slot], [&] {
     mpi_check(PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, free_dup, &keyval, nullptr), "MPI_Comm_create_keyval");
+  });
   void* attr = nullptr;
   int found = 0;
   mpi_check(PMPI_Comm_get_attr(comm, keyval, &attr, &found), "MPI_Comm_get_attr");
