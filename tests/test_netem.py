@@ -3,6 +3,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -61,6 +62,19 @@ def test_bad_arguments_exit_2():
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root to drop it")
 def test_without_root_it_says_so():
-    r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, NETEM,
-                        "--", "true"], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2 and "needs root" in r.stderr
+    """Run as nobody, from wherever the clone lives: a clone in a directory only root may
+    enter (a 0700 home, a `mktemp -d` folder) is closed to nobody, so the script runs from a
+    copy in a folder anyone can read, by the interpreter itself rather than through the
+    venv's link to it (netem needs only the standard library), from /."""
+    where = Path(tempfile.mkdtemp(prefix="netem-"))
+    try:
+        where.chmod(0o755)
+        script = where / "netem"
+        shutil.copy(NETEM, script)
+        script.chmod(0o755)
+        r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                            os.path.realpath(sys.executable), str(script), "--", "true"],
+                           capture_output=True, text=True, timeout=60, cwd="/")
+    finally:
+        shutil.rmtree(where)
+    assert r.returncode == 2 and "needs root" in r.stderr, r.stderr
