@@ -96,7 +96,7 @@ Decision decide(Coll coll, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm
   int inter = 0;
   if (!g_active || !codec) return pass(Skip::off);
   if (op != MPI_SUM && op != MPI_OP_NULL) return pass(Skip::op);
-  if (!float_type(dt, t)) return pass(Skip::datatype);
+  if (!float_type(dt, t) || !(g_settings.dtypes & Settings::dtype_bit(t))) return pass(Skip::datatype);
   if (comm == MPI_COMM_NULL || PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter)
     return pass(Skip::intercomm);
   if (count <= 0 || size_t(count) * dtype_size(t) < g_settings.min_bytes) return pass(Skip::small);
@@ -213,7 +213,9 @@ void announce() {
   int rank = 0;
   PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
   if (rank != 0) return;
-  std::string what;
+  std::string what, types;
+  for (auto& [name, t] : kDtypeNames)
+    if (g_settings.dtypes & Settings::dtype_bit(t)) types += std::string(types.empty() ? "" : "/") + name;
   const std::pair<Coll, const char*> colls[] = {{Coll::allreduce, "MPI_Allreduce/MPI_Iallreduce"},
                                                 {Coll::reduce_scatter, "MPI_Reduce_scatter_block"},
                                                 {Coll::allgather, "MPI_Allgather"}};
@@ -222,9 +224,9 @@ void announce() {
     what += std::string(what.empty() ? "" : ", ") + name + " " + (spec ? codec_name(spec->id) : "off");
   }
   std::fprintf(stderr,
-               "mpicomp (LD_PRELOAD): %s; MPI_SUM of float/double/16-bit floats from %zu bytes; skip_local=%d, "
+               "mpicomp (LD_PRELOAD): %s; MPI_SUM of %s (MPICOMP_DTYPES) from %zu bytes; skip_local=%d, "
                "error_feedback=%d%s\n",
-               what.c_str(), g_settings.min_bytes, int(g_settings.skip_local), int(g_settings.error_feedback),
+               what.c_str(), types.c_str(), g_settings.min_bytes, int(g_settings.skip_local), int(g_settings.error_feedback),
                g_settings.stats ? "; statistics at MPI_Finalize" : " (MPICOMP_STATS=1: statistics at MPI_Finalize)");
   std::fflush(stderr);
 }
