@@ -42,6 +42,10 @@ Signature signature(Coll coll, const CollArgs& a, const CommInfo& ci, const Conf
   else if (local && cfg.skip_local)
     skip = Skip::local;
   s.wire = skip ? CodecId::none : a.spec.id;
+  // Every setting that shapes the wire is agreed: the thresholds and skip_local through
+  // `wire` and `eager`, the segment size here (ranks whose environments differ would post
+  // messages of different sizes: truncation on one rank, a hang on another).
+  s.segment = s.wire == CodecId::none ? 0 : cfg.segment_bytes;
   return s;
 }
 

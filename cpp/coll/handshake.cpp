@@ -246,6 +246,7 @@ std::string describe(const Signature& s) {
                   " with codec " + codec_name(s.codec);
   if (is_blockwise(s.codec)) d += " (block " + std::to_string(s.block) + ")";
   if (s.wire != s.codec) d += " sent as " + std::string(codec_name(s.wire));
+  if (s.segment) d += " in segments of " + std::to_string(s.segment) + " bytes";
   if (s.coll == Coll::allreduce || s.coll == Coll::reduce_scatter) d += s.avg ? ", op avg" : ", op sum";
   return d;
 }
