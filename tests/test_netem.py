@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from _launch import open_mpi
 
 NETEM = str(Path(__file__).resolve().parents[1] / "bench" / "netem")
 MPIEXEC = str(Path(sys.executable).parent / "mpiexec")
@@ -40,6 +41,8 @@ def test_command_exit_code_is_passed_on_and_cleanup_happens():
 
 
 @root
+@pytest.mark.skipif(open_mpi(), reason="--per-rank with Open MPI: its ranks fail in MPI_Init across the namespaces "
+                    "(open, issue 21)")
 def test_per_rank_links_carry_mpi_traffic():
     before = namespaces()
     prog = ("from mpi4py import MPI; import socket, subprocess; c = MPI.COMM_WORLD; "
