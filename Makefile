@@ -34,8 +34,9 @@ $(BUILT): $(DEPS) $(SOURCES)
 demo: $(BUILT)
 	$(PY) bench/demo
 
+# PYTEST_ARGS: more pytest options (e.g. a selection, as .ci/run's Open MPI run).
 test: $(BUILT)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q $(PYTEST_ARGS) tests
 
 test-openmpi:
 	$(MAKE) test MPI=openmpi
