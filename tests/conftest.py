@@ -3,10 +3,12 @@ multi-rank tests: test_mpi_launch.py runs them under mpiexec with 2, 3 and 4 ran
 here, in one process, they would pair ranks that do not exist (a send to oneself blocks like
 MPI_Send does), so a serial run leaves them out; named on the command line without mpiexec
 they skip (tests/_ranks.py says how to run them)."""
-import os
 from collections import Counter
 
-collect_ignore = [] if "PMI_RANK" in os.environ else ["mpi", "torch/mpi", "gpu/mpi", "optim/mpi"]
+from _launch import allow_open_mpi_here, under_mpiexec
+
+allow_open_mpi_here()
+collect_ignore = [] if under_mpiexec() else ["mpi", "torch/mpi", "gpu/mpi", "optim/mpi"]
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -1,5 +1,8 @@
 """Every documented error, with its class and a message naming the argument and the value
 (one process: the rejection handshake with other ranks is tested in tests/mpi)."""
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -70,3 +73,15 @@ def test_comm_still_usable_after_errors():
 def test_device_buffer_without_a_gpu_is_a_backend_error(call):
     with pytest.raises(mpicomp.BackendError, match="GPU memory"):
         call(FakeDeviceArray())
+
+
+def test_iallreduce_below_thread_multiple_is_a_backend_error():
+    """iallreduce runs MPI on a worker thread, which needs MPI_THREAD_MULTIPLE: a program that
+    asked mpi4py for less is told so before anything starts (a new process: the level is
+    fixed at MPI_Init)."""
+    program = ("import mpi4py\nmpi4py.rc.thread_level = 'serialized'\nimport numpy as np\nimport mpicomp\n"
+               "try:\n    mpicomp.iallreduce(np.ones(4, np.float32)).wait()\n"
+               "except mpicomp.BackendError as e:\n    print('BackendError:', e)\n")
+    r = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert "BackendError:" in r.stdout and "MPI_THREAD_MULTIPLE" in r.stdout, r.stdout + r.stderr[-2000:]
+    assert "MPI_THREAD_SERIALIZED" in r.stdout

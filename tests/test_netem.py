@@ -3,9 +3,11 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+from _launch import open_mpi
 
 NETEM = str(Path(__file__).resolve().parents[1] / "bench" / "netem")
 MPIEXEC = str(Path(sys.executable).parent / "mpiexec")
@@ -39,6 +41,8 @@ def test_command_exit_code_is_passed_on_and_cleanup_happens():
 
 
 @root
+@pytest.mark.skipif(open_mpi(), reason="--per-rank with Open MPI: its ranks fail in MPI_Init across the namespaces "
+                    "(open, issue 21)")
 def test_per_rank_links_carry_mpi_traffic():
     before = namespaces()
     prog = ("from mpi4py import MPI; import socket, subprocess; c = MPI.COMM_WORLD; "
@@ -61,11 +65,27 @@ def test_bad_arguments_exit_2():
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root to drop it")
 def test_without_root_it_says_so():
-    r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, NETEM,
-                        "--", "true"], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2 and "needs root" in r.stderr
+    """Run as nobody, from wherever the clone lives: a clone in a directory only root may
+    enter (a 0700 home, a `mktemp -d` folder) is closed to nobody, so the script runs from a
+    copy in a folder anyone can read, by the interpreter itself rather than through the
+    venv's link to it (netem needs only the standard library), from /."""
+    where = Path(tempfile.mkdtemp(prefix="netem-"))
+    try:
+        where.chmod(0o755)
+        script = where / "netem"
+        shutil.copy(NETEM, script)
+        script.chmod(0o755)
+        r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                            os.path.realpath(sys.executable), str(script), "--", "true"],
+                           capture_output=True, text=True, timeout=60, cwd="/")
+    finally:
+        shutil.rmtree(where)
+    assert r.returncode == 2 and "needs root" in r.stderr, r.stderr
 
 
+@root
+@pytest.mark.skipif(open_mpi(), reason="netem's namespaces with Open MPI: its ranks fail in MPI_Init across them "
+                    "(open, issue 21)")
 def test_ranks_per_node_shapes_only_links_between_nodes():
     """4 ranks as 2 nodes of 2 at 100 Mbit/s: 4 MB between ranks of one node take far less
     than between nodes (0.34 s on the link), and each node's ranks share its address."""

@@ -12,6 +12,7 @@ from mpicomp.config import preload_path
 BIN = Path(sys.executable).parent
 PRELOAD = preload_path()
 SOURCE = Path(__file__).parent / "pmpi" / "check_collectives.c"
+THREADS_SOURCE = Path(__file__).parent / "pmpi" / "check_threads.c"
 
 
 def mpiexec(n, *cmd, timeout=240, **env):
@@ -34,7 +35,7 @@ def test_preload_library_is_installed():
 @pytest.mark.parametrize("n,codec", [(3, c) for c in ("off", "none", "fp16", "bf16", "int8", "int4", "sign", "lz4")]
                          + [(2, "off"), (2, "int8"), (2, "sign")])
 def test_c_program_results_within_codec_bounds(program, n, codec):
-    r = mpiexec(n, program, codec, MPICOMP_CODEC=codec)
+    r = mpiexec(n, program, codec, MPICOMP_CODEC=codec, MPICOMP_DTYPES="float,double")  # its doubles' bounds too
     assert r.returncode == 0 and f"{codec}: 0 failed checks" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
 
 
@@ -57,7 +58,8 @@ def stats_rows(stdout):
 
 
 def test_stats_table_at_finalize(program):
-    r = mpiexec(2, program, "int4", MPICOMP_CODEC="int4", MPICOMP_STATS="1")
+    # Doubles too: most of the program's large sums are MPI_DOUBLE.
+    r = mpiexec(2, program, "int4", MPICOMP_CODEC="int4", MPICOMP_STATS="1", MPICOMP_DTYPES="float,double")
     assert r.returncode == 0, r.stderr[-2000:]
     rows = stats_rows(r.stdout)
     calls, compressed, bytes_in, wire, ratio, _, reasons = rows["allreduce"]
@@ -111,7 +113,7 @@ def test_the_old_compress_local_variable_is_refused(program):
 
 @pytest.mark.parametrize("var,value", [("MPICOMP_CODEC", "int9"), ("MPICOMP_ALLREDUCE_CODEC", "int8:block=33"),
                                        ("MPICOMP_MIN_BYTES", "lots"), ("MPICOMP_STATS", "yes"),
-                                       ("MPICOMP_SKIP_LOCAL", "true")])
+                                       ("MPICOMP_SKIP_LOCAL", "true"), ("MPICOMP_DTYPES", "float,int")])
 def test_invalid_setting_aborts_naming_the_variable(program, var, value):
     r = mpiexec(2, program, "off", timeout=60, **{var: value})
     assert r.returncode != 0
@@ -147,3 +149,47 @@ def test_mpi4py_large_count_calls_are_compressed():
     # int8: within 2 stages of absmax/254 per rank-sum, far from exact but far below 1%.
     assert 0 < errs[0] < 0.01 and 0 < errs[1] < 0.01 and 0 < errs[2] < 0.01
     assert all(row[1] == 1 for row in stats_rows(r.stdout).values())
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_two_threads_on_two_communicators(tmp_path, n):
+    """An MPI_THREAD_MULTIPLE program whose two threads call MPI_Allreduce on their own
+    communicators at once, with error feedback: right results (tests/pmpi/check_threads.c),
+    all 100 calls compressed; the loop meets the threads' first calls in either order."""
+    exe = tmp_path / "check_threads"
+    subprocess.run([str(BIN / "mpicc"), "-O2", "-o", str(exe), str(THREADS_SOURCE), "-lm", "-lpthread"], check=True)
+    for _ in range(3):
+        r = mpiexec(n, exe, timeout=120, MPICOMP_CODEC="int8", MPICOMP_ERROR_FEEDBACK="1", MPICOMP_STATS="1")
+        assert r.returncode == 0 and "threads: 0 failed checks" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
+        assert stats_rows(r.stdout)["allreduce"][1] == 100
+
+
+DOUBLES_PROGRAM = r"""
+import numpy as np
+from mpi4py import MPI
+c = MPI.COMM_WORLD
+xs = [np.random.default_rng(r).standard_normal(1 << 20) for r in range(c.size)]
+exact = np.sum(xs, axis=0)  # two float64 terms: the correctly rounded sum, as MPI's is
+y = np.empty_like(exact)
+c.Allreduce(xs[c.rank], y)
+if c.rank == 0:
+    print("ERR", np.abs(y - exact).max() / np.abs(exact).max(), flush=True)
+"""
+
+
+def test_doubles_stay_exact_unless_named():
+    """MPI_DOUBLE sums (norms, metrics, fields that must stay exact) pass through by default
+    under a lossy codec; MPICOMP_DTYPES=float,double compresses them too. The startup line
+    says which datatypes are compressed."""
+    r = mpiexec(2, sys.executable, "-c", DOUBLES_PROGRAM, MPICOMP_CODEC="int8", MPICOMP_STATS="1")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert float(r.stdout.split("ERR")[1].split()[0]) == 0
+    calls, compressed, *_, reasons = stats_rows(r.stdout)["allreduce"]
+    assert compressed == 0 and reasons.get("datatype") == calls
+    assert "MPI_SUM of float/float16/bfloat16 (MPICOMP_DTYPES)" in r.stderr, r.stderr[-2000:]
+    r = mpiexec(2, sys.executable, "-c", DOUBLES_PROGRAM, MPICOMP_CODEC="int8", MPICOMP_STATS="1",
+                MPICOMP_DTYPES="float,double")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert 0 < float(r.stdout.split("ERR")[1].split()[0]) < 0.01  # int8's error, well below 1%
+    assert stats_rows(r.stdout)["allreduce"][1] == 1
+    assert "MPI_SUM of float/double (MPICOMP_DTYPES)" in r.stderr

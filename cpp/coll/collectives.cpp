@@ -7,6 +7,7 @@
 
 #include "coll.h"
 #include "config.h"
+#include "mpi_count.h"
 #include "stages.h"
 #include "stats.h"
 
@@ -41,6 +42,10 @@ Signature signature(Coll coll, const CollArgs& a, const CommInfo& ci, const Conf
   else if (local && cfg.skip_local)
     skip = Skip::local;
   s.wire = skip ? CodecId::none : a.spec.id;
+  // Every setting that shapes the wire is agreed: the thresholds and skip_local through
+  // `wire` and `eager`, the segment size here (ranks whose environments differ would post
+  // messages of different sizes: truncation on one rank, a hang on another).
+  s.segment = s.wire == CodecId::none ? 0 : cfg.segment_bytes;
   return s;
 }
 
@@ -182,7 +187,7 @@ void allreduce(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   handshake(comm, sig);
   if (a.count == 0) return;
   if (sig.wire == CodecId::none && mt != MPI_DATATYPE_NULL) {
-    mpi_check(PMPI_Allreduce_c(x == y ? MPI_IN_PLACE : x, y, MPI_Count(a.count), mt, MPI_SUM, comm), "MPI_Allreduce");
+    mpic::allreduce(x == y ? MPI_IN_PLACE : x, y, a.count, mt, MPI_SUM, comm);
     if (a.avg) divide(y, a.dtype, a.count, ci.size);
     return;
   }
@@ -232,7 +237,7 @@ void reduce_scatter(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   handshake(comm, sig);
   if (a.count == 0) return;
   if (sig.wire == CodecId::none && mt != MPI_DATATYPE_NULL) {
-    mpi_check(PMPI_Reduce_scatter_block_c(x, y, MPI_Count(a.count), mt, MPI_SUM, comm), "MPI_Reduce_scatter_block");
+    mpic::reduce_scatter_block(x, y, a.count, mt, MPI_SUM, comm);
     if (a.avg) divide(y, a.dtype, a.count, ci.size);
     return;
   }
@@ -261,7 +266,7 @@ void allgather(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   if (sig.wire == CodecId::none) {
     // Any dtype: gathering moves bytes without arithmetic.
     MPI_Datatype bt = mt != MPI_DATATYPE_NULL ? mt : MPI_UINT16_T;
-    mpi_check(PMPI_Allgather_c(x, MPI_Count(a.count), bt, y, MPI_Count(a.count), bt, comm), "MPI_Allgather");
+    mpic::allgather(x, y, a.count, bt, comm);
     return;
   }
   Engine& e = engine_of(a);

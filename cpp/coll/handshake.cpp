@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "mpi_count.h"
 #include "mpi_util.h"
 
 namespace mpicomp {
@@ -109,17 +110,13 @@ struct Exchange {
     mpi_check(PMPI_Isend(out, int(sizeof(Header) + head), MPI_BYTE, peer, kTag, c, &r[0]), "MPI_Isend");
     r[1] = MPI_REQUEST_NULL;
     if (rest(s.n))
-      mpi_check(PMPI_Isend_c(static_cast<const char*>(s.p) + head, MPI_Count(rest(s.n)), MPI_BYTE, peer, kDataTag, c,
-                             &r[1]),
-                "MPI_Isend");
+      mpic::isend_bytes(static_cast<const char*>(s.p) + head, rest(s.n), peer, kDataTag, c, &r[1]);
   }
   void post_recv(MPI_Comm c, int peer, Span into, MPI_Request* r) {
     mpi_check(PMPI_Irecv(in_msg, int(kMessageMax), MPI_BYTE, peer, kTag, c, &r[0]), "MPI_Irecv");
     r[1] = MPI_REQUEST_NULL;
     if (rest(into.n))
-      mpi_check(PMPI_Irecv_c(static_cast<char*>(into.p) + kInline, MPI_Count(rest(into.n)), MPI_BYTE, peer, kDataTag,
-                             c, &r[1]),
-                "MPI_Irecv");
+      mpic::irecv_bytes(static_cast<char*>(into.p) + kInline, rest(into.n), peer, kDataTag, c, &r[1]);
   }
   // Completes a posted receive and notes the header; true when the payload arrived as this
   // rank posted for it. When the sizes differ the signatures do too: the data is unused.
@@ -136,9 +133,7 @@ struct Exchange {
       if (!rest(theirs)) mpi_check(PMPI_Cancel(&r[1]), "MPI_Cancel");
       PMPI_Wait(&r[1], MPI_STATUS_IGNORE);  // cancelled, or truncated: either way discarded
     } else if (rest(theirs)) {
-      mpi_check(PMPI_Recv_c(scratch(1, rest(theirs)), MPI_Count(rest(theirs)), MPI_BYTE, peer, kDataTag, c,
-                            MPI_STATUS_IGNORE),
-                "MPI_Recv");
+      mpic::recv_bytes(scratch(1, rest(theirs)), rest(theirs), peer, kDataTag, c);
     }
     return false;
   }
@@ -251,6 +246,7 @@ std::string describe(const Signature& s) {
                   " with codec " + codec_name(s.codec);
   if (is_blockwise(s.codec)) d += " (block " + std::to_string(s.block) + ")";
   if (s.wire != s.codec) d += " sent as " + std::string(codec_name(s.wire));
+  if (s.segment) d += " in segments of " + std::to_string(s.segment) + " bytes";
   if (s.coll == Coll::allreduce || s.coll == Coll::reduce_scatter) d += s.avg ? ", op avg" : ", op sum";
   return d;
 }

@@ -18,6 +18,7 @@ enum class Coll : uint8_t { allreduce = 1, reduce_scatter = 2, allgather = 3, se
 // What one rank intends; all ranks of one call must send equal signatures.
 struct Signature {
   uint64_t count = 0;   // elements of the input on this rank
+  uint64_t segment = 0; // Config::segment_bytes when compressed: the pipeline's message sizes follow from it
   uint32_t block = 0;
   Coll coll = Coll::allreduce;
   CodecId codec = CodecId::none;  // as requested
@@ -27,7 +28,7 @@ struct Signature {
   uint8_t eager = 0;    // data rides along with the agreement
   uint8_t invalid = 0;  // this rank rejected its own arguments
   bool operator==(const Signature& o) const {
-    return count == o.count && block == o.block && coll == o.coll && codec == o.codec && wire == o.wire &&
+    return count == o.count && segment == o.segment && block == o.block && coll == o.coll && codec == o.codec && wire == o.wire &&
            dtype == o.dtype && avg == o.avg && eager == o.eager && !invalid && !o.invalid;
   }
 };

@@ -12,6 +12,7 @@
 
 #include "coll.h"
 #include "config.h"
+#include "mpi_count.h"
 #include "stages.h"
 #include "stats.h"
 
@@ -92,7 +93,7 @@ void send(MPI_Comm comm, const void* x, int dest, int tag, const CollArgs& a) {
       src = buf + off;
     }
     sent += bytes;
-    mpi_check(PMPI_Isend_c(src, MPI_Count(bytes), MPI_BYTE, dest, tag, comm, &reqs[k]), "MPI_Isend");
+    mpic::isend_bytes(src, bytes, dest, tag, comm, &reqs[k]);
   }
   if (!reqs.empty()) mpi_check(PMPI_Waitall(int(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
   record();
@@ -117,8 +118,7 @@ void recv(MPI_Comm comm, void* y, int source, int tag, const CollArgs& a) {
     for (size_t k = 0; !h.sig.eager && k < nsegs(h.sig.count, h.seg); ++k) {
       size_t n = std::min<size_t>(h.seg, h.sig.count - k * h.seg);
       sink.resize(encoded_bytes(wire, h.sig.dtype, n));
-      mpi_check(PMPI_Recv_c(sink.data(), MPI_Count(sink.size()), MPI_BYTE, source, tag, comm, MPI_STATUS_IGNORE),
-                "MPI_Recv");
+      mpic::recv_bytes(sink.data(), sink.size(), source, tag, comm);
     }
     throw Error(ErrorKind::shape_mismatch, "recv: rank " + std::to_string(h.rank) + " sent " + describe(h.sig) +
                                                ", but this rank expects " + describe(mine));
@@ -134,9 +134,8 @@ void recv(MPI_Comm comm, void* y, int source, int tag, const CollArgs& a) {
   std::vector<MPI_Request> reqs(nsegs(a.count, h.seg));
   for (size_t k = 0; k < reqs.size(); ++k) {
     size_t first = k * h.seg, n = std::min<size_t>(h.seg, a.count - first);
-    mpi_check(PMPI_Irecv_c(buf + segment_offset(wire, a.dtype, h.seg, k), MPI_Count(encoded_bytes(wire, a.dtype, n)),
-                           MPI_BYTE, source, tag, comm, &reqs[k]),
-              "MPI_Irecv");
+    mpic::irecv_bytes(buf + segment_offset(wire, a.dtype, h.seg, k), encoded_bytes(wire, a.dtype, n), source, tag,
+                      comm, &reqs[k]);
   }
   for (size_t done = 0; done < reqs.size(); ++done) {
     int k;

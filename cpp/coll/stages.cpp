@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "mpi_count.h"
+
 namespace mpicomp {
 namespace {
 
@@ -19,10 +21,10 @@ thread_local size_t t_sent = 0;
 void isend(const void* buf, size_t bytes, int peer, int tag, MPI_Comm c, std::vector<MPI_Request>& reqs) {
   t_sent += bytes;
   reqs.emplace_back();
-  mpi_check(PMPI_Isend_c(buf, MPI_Count(bytes), MPI_BYTE, peer, tag, c, &reqs.back()), "MPI_Isend");
+  mpic::isend_bytes(buf, bytes, peer, tag, c, &reqs.back());
 }
 void irecv(void* buf, size_t bytes, int peer, int tag, MPI_Comm c, MPI_Request* req) {
-  mpi_check(PMPI_Irecv_c(buf, MPI_Count(bytes), MPI_BYTE, peer, tag, c, req), "MPI_Irecv");
+  mpic::irecv_bytes(buf, bytes, peer, tag, c, req);
 }
 void waitall(std::vector<MPI_Request>& reqs) {
   if (!reqs.empty())

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <tuple>
 #include <vector>
 
@@ -34,7 +35,10 @@ bool g_active = false;  // MPI_Init ran through us and read the settings
 bool g_threads = false;
 
 // ---- private duplicates, cached on the user's communicator ----
+// Created once, whichever thread of an MPI_THREAD_MULTIPLE program calls first: two keyvals
+// made at once would leave one communicator's duplicate under the one that is then lost.
 int g_keyval[2] = {MPI_KEYVAL_INVALID, MPI_KEYVAL_INVALID};
+std::once_flag g_keyval_once[2];
 
 int free_dup(MPI_Comm, int, void* attr, void*) {
   MPI_Comm* dup = static_cast<MPI_Comm*>(attr);
@@ -44,10 +48,15 @@ int free_dup(MPI_Comm, int, void* attr, void*) {
 }
 
 // ---- error feedback, one residual per (communicator, receive buffer, count) ----
+// Threads insert at once (each on its own communicator): the map is locked. An entry is then
+// used without the lock, by the one thread whose communicator it belongs to (MPI forbids
+// two threads' collectives on one communicator at once); map nodes never move.
+std::mutex g_residuals_mutex;
 std::map<std::tuple<MPI_Comm, const void*, MPI_Count>, std::vector<float>> g_residuals;
 
 float* residual(MPI_Comm comm, const void* key, MPI_Count count, size_t n) {
   if (!g_settings.error_feedback) return nullptr;
+  std::lock_guard<std::mutex> g(g_residuals_mutex);
   auto& r = g_residuals[{comm, key, count}];
   r.resize(n, 0.f);
   return r.data();
@@ -87,7 +96,7 @@ Decision decide(Coll coll, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm
   int inter = 0;
   if (!g_active || !codec) return pass(Skip::off);
   if (op != MPI_SUM && op != MPI_OP_NULL) return pass(Skip::op);
-  if (!float_type(dt, t)) return pass(Skip::datatype);
+  if (!float_type(dt, t) || !(g_settings.dtypes & Settings::dtype_bit(t))) return pass(Skip::datatype);
   if (comm == MPI_COMM_NULL || PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter)
     return pass(Skip::intercomm);
   if (count <= 0 || size_t(count) * dtype_size(t) < g_settings.min_bytes) return pass(Skip::small);
@@ -133,11 +142,12 @@ int type_size(MPI_Datatype t) {
   return s;
 }
 
-int allreduce(const void* x, void* y, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm) {
+// Each entry point hands its own PMPI_ call (`mpi`) for the calls that pass through: the
+// int-count and the large-count forms alike, and only the forms the MPI library has.
+template <class F>
+int allreduce(const void* x, void* y, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm, F&& mpi) {
   auto d = decide(Coll::allreduce, count, dt, op, comm);
-  if (!d.args)
-    return passthrough(Coll::allreduce, d.why, comm, double(count) * type_size(dt),
-                       [&] { return PMPI_Allreduce_c(x, y, count, dt, op, comm); });
+  if (!d.args) return passthrough(Coll::allreduce, d.why, comm, double(count) * type_size(dt), mpi);
   if (x == MPI_IN_PLACE) x = y;
   return guarded(comm, [&] {
     d.args->residual = residual(comm, y, count, d.args->count);
@@ -145,12 +155,12 @@ int allreduce(const void* x, void* y, MPI_Count count, MPI_Datatype dt, MPI_Op o
   });
 }
 
-int reduce_scatter_block(const void* x, void* y, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm) {
+template <class F>
+int reduce_scatter_block(const void* x, void* y, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm,
+                         F&& mpi) {
   auto d = decide(Coll::reduce_scatter, count, dt, op, comm);
   int p = comm_size(comm);
-  if (!d.args)
-    return passthrough(Coll::reduce_scatter, d.why, comm, double(count) * p * type_size(dt),
-                       [&] { return PMPI_Reduce_scatter_block_c(x, y, count, dt, op, comm); });
+  if (!d.args) return passthrough(Coll::reduce_scatter, d.why, comm, double(count) * p * type_size(dt), mpi);
   // In place: the input is the receive buffer (size * count elements).
   std::vector<char> copy;
   if (x == MPI_IN_PLACE) {
@@ -163,13 +173,13 @@ int reduce_scatter_block(const void* x, void* y, MPI_Count count, MPI_Datatype d
   });
 }
 
-int allgather(const void* x, MPI_Count sc, MPI_Datatype st, void* y, MPI_Count rc, MPI_Datatype rt, MPI_Comm comm) {
+template <class F>
+int allgather(const void* x, MPI_Count sc, MPI_Datatype st, void* y, MPI_Count rc, MPI_Datatype rt, MPI_Comm comm,
+              F&& mpi) {
   bool same = x == MPI_IN_PLACE || (sc == rc && st == rt);
   auto d = same ? decide(Coll::allgather, rc, rt, MPI_OP_NULL, comm) : pass(Skip::datatype);
   int p = comm_size(comm);
-  if (!d.args)
-    return passthrough(Coll::allgather, d.why, comm, double(rc) * type_size(rt),
-                       [&] { return PMPI_Allgather_c(x, sc, st, y, rc, rt, comm); });
+  if (!d.args) return passthrough(Coll::allgather, d.why, comm, double(rc) * type_size(rt), mpi);
   std::vector<char> copy;
   if (x == MPI_IN_PLACE) {
     int r = 0;
@@ -184,11 +194,12 @@ int allgather(const void* x, MPI_Count sc, MPI_Datatype st, void* y, MPI_Count r
   });
 }
 
-int iallreduce(const void* x, void* y, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm, MPI_Request* req) {
+template <class F>
+int iallreduce(const void* x, void* y, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm, MPI_Request* req,
+               F&& mpi) {
   auto d = g_threads ? decide(Coll::allreduce, count, dt, op, comm) : pass(Skip::threads);
   if (!d.args)  // the request completes later: counted at its start, without a time
-    return passthrough(Coll::allreduce, d.why, comm, double(count) * type_size(dt),
-                       [&] { return PMPI_Iallreduce_c(x, y, count, dt, op, comm, req); });
+    return passthrough(Coll::allreduce, d.why, comm, double(count) * type_size(dt), mpi);
   if (x == MPI_IN_PLACE) x = y;
   return guarded(comm, [&] {  // the worker's allreduce counts itself when it runs
     d.args->residual = residual(comm, y, count, d.args->count);
@@ -202,7 +213,9 @@ void announce() {
   int rank = 0;
   PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
   if (rank != 0) return;
-  std::string what;
+  std::string what, types;
+  for (auto& [name, t] : kDtypeNames)
+    if (g_settings.dtypes & Settings::dtype_bit(t)) types += std::string(types.empty() ? "" : "/") + name;
   const std::pair<Coll, const char*> colls[] = {{Coll::allreduce, "MPI_Allreduce/MPI_Iallreduce"},
                                                 {Coll::reduce_scatter, "MPI_Reduce_scatter_block"},
                                                 {Coll::allgather, "MPI_Allgather"}};
@@ -211,9 +224,9 @@ void announce() {
     what += std::string(what.empty() ? "" : ", ") + name + " " + (spec ? codec_name(spec->id) : "off");
   }
   std::fprintf(stderr,
-               "mpicomp (LD_PRELOAD): %s; MPI_SUM of float/double/16-bit floats from %zu bytes; skip_local=%d, "
+               "mpicomp (LD_PRELOAD): %s; MPI_SUM of %s (MPICOMP_DTYPES) from %zu bytes; skip_local=%d, "
                "error_feedback=%d%s\n",
-               what.c_str(), g_settings.min_bytes, int(g_settings.skip_local), int(g_settings.error_feedback),
+               what.c_str(), types.c_str(), g_settings.min_bytes, int(g_settings.skip_local), int(g_settings.error_feedback),
                g_settings.stats ? "; statistics at MPI_Finalize" : " (MPICOMP_STATS=1: statistics at MPI_Finalize)");
   std::fflush(stderr);
 }
@@ -264,8 +277,9 @@ void print_stats() {
 
 MPI_Comm private_comm(MPI_Comm comm, int slot) {
   int& keyval = g_keyval[slot];
-  if (keyval == MPI_KEYVAL_INVALID)
+  std::call_once(g_keyval_once[slot], [&] {
     mpi_check(PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, free_dup, &keyval, nullptr), "MPI_Comm_create_keyval");
+  });
   void* attr = nullptr;
   int found = 0;
   mpi_check(PMPI_Comm_get_attr(comm, keyval, &attr, &found), "MPI_Comm_get_attr");
@@ -301,31 +315,36 @@ MPICOMP_EXPORT int MPI_Finalize() {
 }
 
 MPICOMP_EXPORT int MPI_Allreduce(const void* x, void* y, int n, MPI_Datatype t, MPI_Op op, MPI_Comm c) {
-  return allreduce(x, y, n, t, op, c);
-}
-MPICOMP_EXPORT int MPI_Allreduce_c(const void* x, void* y, MPI_Count n, MPI_Datatype t, MPI_Op op, MPI_Comm c) {
-  return allreduce(x, y, n, t, op, c);
+  return allreduce(x, y, n, t, op, c, [&] { return PMPI_Allreduce(x, y, n, t, op, c); });
 }
 MPICOMP_EXPORT int MPI_Reduce_scatter_block(const void* x, void* y, int n, MPI_Datatype t, MPI_Op op, MPI_Comm c) {
-  return reduce_scatter_block(x, y, n, t, op, c);
-}
-MPICOMP_EXPORT int MPI_Reduce_scatter_block_c(const void* x, void* y, MPI_Count n, MPI_Datatype t, MPI_Op op,
-                                              MPI_Comm c) {
-  return reduce_scatter_block(x, y, n, t, op, c);
+  return reduce_scatter_block(x, y, n, t, op, c, [&] { return PMPI_Reduce_scatter_block(x, y, n, t, op, c); });
 }
 MPICOMP_EXPORT int MPI_Allgather(const void* x, int sc, MPI_Datatype st, void* y, int rc, MPI_Datatype rt,
                                  MPI_Comm c) {
-  return allgather(x, sc, st, y, rc, rt, c);
-}
-MPICOMP_EXPORT int MPI_Allgather_c(const void* x, MPI_Count sc, MPI_Datatype st, void* y, MPI_Count rc,
-                                   MPI_Datatype rt, MPI_Comm c) {
-  return allgather(x, sc, st, y, rc, rt, c);
+  return allgather(x, sc, st, y, rc, rt, c, [&] { return PMPI_Allgather(x, sc, st, y, rc, rt, c); });
 }
 MPICOMP_EXPORT int MPI_Iallreduce(const void* x, void* y, int n, MPI_Datatype t, MPI_Op op, MPI_Comm c,
                                   MPI_Request* r) {
-  return iallreduce(x, y, n, t, op, c, r);
+  return iallreduce(x, y, n, t, op, c, r, [&] { return PMPI_Iallreduce(x, y, n, t, op, c, r); });
+}
+
+// The large-count forms exist only where the MPI library has them (MPI-4: MPICH, not Open
+// MPI 5); mpi4py calls these when they are there.
+#if MPICOMP_MPI_LARGE_COUNT
+MPICOMP_EXPORT int MPI_Allreduce_c(const void* x, void* y, MPI_Count n, MPI_Datatype t, MPI_Op op, MPI_Comm c) {
+  return allreduce(x, y, n, t, op, c, [&] { return PMPI_Allreduce_c(x, y, n, t, op, c); });
+}
+MPICOMP_EXPORT int MPI_Reduce_scatter_block_c(const void* x, void* y, MPI_Count n, MPI_Datatype t, MPI_Op op,
+                                              MPI_Comm c) {
+  return reduce_scatter_block(x, y, n, t, op, c, [&] { return PMPI_Reduce_scatter_block_c(x, y, n, t, op, c); });
+}
+MPICOMP_EXPORT int MPI_Allgather_c(const void* x, MPI_Count sc, MPI_Datatype st, void* y, MPI_Count rc,
+                                   MPI_Datatype rt, MPI_Comm c) {
+  return allgather(x, sc, st, y, rc, rt, c, [&] { return PMPI_Allgather_c(x, sc, st, y, rc, rt, c); });
 }
 MPICOMP_EXPORT int MPI_Iallreduce_c(const void* x, void* y, MPI_Count n, MPI_Datatype t, MPI_Op op, MPI_Comm c,
                                     MPI_Request* r) {
-  return iallreduce(x, y, n, t, op, c, r);
+  return iallreduce(x, y, n, t, op, c, r, [&] { return PMPI_Iallreduce_c(x, y, n, t, op, c, r); });
 }
+#endif

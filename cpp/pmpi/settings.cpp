@@ -1,5 +1,6 @@
 #include "settings.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -76,6 +77,29 @@ bool read_flag(const char* var, bool& out, std::string& error) {
   return false;
 }
 
+// "float,double": a comma-separated list of kDtypeNames.
+bool read_dtypes(const char* var, unsigned& out, std::string& error) {
+  const char* v = std::getenv(var);
+  if (!v) return true;
+  std::string text(v), names;
+  for (auto& [name, t] : kDtypeNames) names += std::string(names.empty() ? "" : ", ") + name;
+  unsigned bits = 0;
+  for (size_t at = 0; at <= text.size();) {
+    size_t end = std::min(text.find(',', at), text.size());
+    std::string name = text.substr(at, end - at);
+    bool known = false;
+    for (auto& [n, t] : kDtypeNames)
+      if (name == n) known = true, bits |= Settings::dtype_bit(t);
+    if (!known) {
+      error = std::string(var) + "=" + text + ": unknown datatype '" + name + "' (datatypes: " + names + ")";
+      return false;
+    }
+    at = end + 1;
+  }
+  out = bits;
+  return true;
+}
+
 }  // namespace
 
 bool read_settings(Settings& s, std::string& error) {
@@ -96,7 +120,8 @@ bool read_settings(Settings& s, std::string& error) {
   return read_size("MPICOMP_MIN_BYTES", s.min_bytes, error) &&
          read_size("MPICOMP_SEGMENT_BYTES", s.segment_bytes, error) &&
          read_flag("MPICOMP_ERROR_FEEDBACK", s.error_feedback, error) && read_flag("MPICOMP_STATS", s.stats, error) &&
-         read_flag("MPICOMP_VERBOSE", s.verbose, error) && read_flag("MPICOMP_SKIP_LOCAL", s.skip_local, error);
+         read_flag("MPICOMP_VERBOSE", s.verbose, error) && read_flag("MPICOMP_SKIP_LOCAL", s.skip_local, error) &&
+         read_dtypes("MPICOMP_DTYPES", s.dtypes, error);
 }
 
 }  // namespace mpicomp::pmpi

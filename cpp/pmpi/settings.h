@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "../codecs/format.h"
 #include "../coll/handshake.h"
@@ -17,7 +18,15 @@ struct Settings {
   bool stats = false;
   bool verbose = false;          // a line on rank 0 for each new reason a call is not compressed
   bool skip_local = false;       // pass through on communicators whose ranks share one node
+  // Datatypes compressed, one bit per DType: by default the ones gradients come in; doubles
+  // (norms, metrics, scientific fields) stay exact unless MPICOMP_DTYPES names them.
+  unsigned dtypes = dtype_bit(DType::f32) | dtype_bit(DType::f16) | dtype_bit(DType::bf16);
+  static constexpr unsigned dtype_bit(DType t) { return 1u << unsigned(t); }
 };
+
+// The MPICOMP_DTYPES names of the datatypes the interposer can compress, and their DTypes.
+constexpr std::pair<const char*, DType> kDtypeNames[] = {
+    {"float", DType::f32}, {"double", DType::f64}, {"float16", DType::f16}, {"bfloat16", DType::bf16}};
 
 // Parses the MPICOMP_* variables. On an invalid value returns false and sets `error` to a
 // message that names the variable and the value.

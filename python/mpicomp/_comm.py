@@ -66,15 +66,20 @@ def _new_context(comm):
         raise ArgumentError(f"comm must be an mpi4py communicator, got {comm!r}")
     if isinstance(comm, MPI.Intercomm):
         raise ArgumentError("comm must be an intra-communicator (mpicomp has no inter-communicator collectives)")
-    with _lock:
+    with _lock:  # local calls only
         if _keyval is None:
             _keyval = MPI.Comm.Create_keyval(delete_fn=_delete)
-        ctx = comm.Get_attr(_keyval)
-        if ctx is None:
-            ctx = _Context(comm)
-            comm.Set_attr(_keyval, ctx)
-        _by_handle[ctx.handle] = ctx
-        return ctx
+    # The duplicate is made without the lock: Dup is collective, and a lock held across it
+    # deadlocks two threads making their first calls on two communicators (rank 0's thread A
+    # holds it waiting in comm1's Dup for rank 1, whose thread B holds it waiting in comm2's).
+    # No other thread can be making this communicator's context: MPI forbids two threads'
+    # collectives on one communicator at once.
+    ctx = comm.Get_attr(_keyval)
+    if ctx is None:
+        ctx = _Context(comm)
+        comm.Set_attr(_keyval, ctx)
+    _by_handle[ctx.handle] = ctx
+    return ctx
 
 
 def known(comm):

@@ -16,7 +16,7 @@ from ._buffers import array_info, collective_args, dtype_name
 from .codecs import _CACHE as _codec_cache
 from .codecs import Codec, available_codecs
 from .codecs import codec as _codec
-from .errors import ArgumentError, CodecError, MpicompError, ShapeMismatchError
+from .errors import ArgumentError, BackendError, CodecError, MpicompError, ShapeMismatchError
 from .feedback import ErrorFeedback
 
 __all__ = ["allreduce", "reduce_scatter", "allgather", "iallreduce", "Request", "send", "recv"]
@@ -266,7 +266,15 @@ class Request:
 def iallreduce(x, comm=MPI.COMM_WORLD, codec=None, op="sum", out=None, error_feedback=None):
     """Non-blocking allreduce: starts it on a worker thread (its own duplicate of comm) and
     returns a Request at once. All ranks must start their non-blocking collectives on comm
-    in the same order; they run in that order. Arguments are checked here, before it starts."""
+    in the same order; they run in that order. Arguments are checked here, before it starts.
+
+    Raises BackendError when MPI was initialised below MPI_THREAD_MULTIPLE: MPI calls from
+    the worker thread, while this thread may make its own, are undefined there."""
+    if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
+        levels = {MPI.THREAD_SINGLE: "SINGLE", MPI.THREAD_FUNNELED: "FUNNELED", MPI.THREAD_SERIALIZED: "SERIALIZED"}
+        raise BackendError(f"iallreduce needs MPI_THREAD_MULTIPLE (it runs MPI on a worker thread), but MPI was "
+                           f"initialised at MPI_THREAD_{levels.get(MPI.Query_thread(), MPI.Query_thread())}: leave "
+                           f"mpi4py.rc.thread_level at 'multiple', or call allreduce")
     if codec is None:
         codec = _default_codec(x)
     acomm, executor = _comm.worker(comm)

@@ -125,6 +125,22 @@ def test_disagreement_on_threshold():
     check_still_works(comm)
 
 
+@pytest.mark.parametrize("coll", COLLS)
+def test_disagreement_on_segment_size(coll):
+    """Ranks whose segment_bytes differ (one rank's environment differs) would post messages
+    of other sizes: every rank raises ShapeMismatchError naming both, and the communicator
+    works for the next call."""
+    comm = comm_of("world")
+    rank, size = comm.Get_rank(), comm.Get_size()
+    x = np.ones(size * 100_000, np.float32)
+    segment = 1 << 16 if rank == 0 else 1 << 18
+    with config(min_bytes=0, eager_bytes=0, segment_bytes=segment):
+        with pytest.raises(mpicomp.ShapeMismatchError, match="segments of 65536 bytes") as e:
+            call(coll, x, comm, codec="int8")
+    assert "segments of 262144 bytes" in str(e.value)
+    check_still_works(comm, coll)
+
+
 BAD = {
     "codec": (lambda x: dict(x=x, codec="no-such-codec"), mpicomp.CodecError, "no-such-codec"),
     "option": (lambda x: dict(x=x, codec="int8:block=33"), mpicomp.CodecError, "33"),
