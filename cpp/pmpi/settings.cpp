@@ -1,6 +1,7 @@
 #include "settings.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
@@ -53,13 +54,16 @@ bool read_codec(const char* var, std::optional<Spec>& out, std::string& error) {
   return true;
 }
 
-bool read_size(const char* var, size_t& out, std::string& error) {
+// A byte count in [lo, hi] (mpicomp.config's limits: a zero segment would divide by zero).
+bool read_size(const char* var, size_t& out, std::string& error, long long lo, long long hi) {
   const char* v = std::getenv(var);
   if (!v) return true;
   char* end = nullptr;
+  errno = 0;
   long long n = std::strtoll(v, &end, 0);
-  if (!*v || *end || n < 0) {
-    error = std::string(var) + "=" + v + ": expected a byte count (a non-negative integer)";
+  if (!*v || *end || errno || n < lo || n > hi) {
+    error = std::string(var) + "=" + v + ": expected a byte count in [" + std::to_string(lo) + ", " +
+            std::to_string(hi) + "]";
     return false;
   }
   out = size_t(n);
@@ -117,8 +121,8 @@ bool read_settings(Settings& s, std::string& error) {
     s.codec[int(coll)] = all;
     if (!read_codec(var, s.codec[int(coll)], error)) return false;
   }
-  return read_size("MPICOMP_MIN_BYTES", s.min_bytes, error) &&
-         read_size("MPICOMP_SEGMENT_BYTES", s.segment_bytes, error) &&
+  return read_size("MPICOMP_MIN_BYTES", s.min_bytes, error, 0, 1LL << 62) &&
+         read_size("MPICOMP_SEGMENT_BYTES", s.segment_bytes, error, 1024, 1LL << 31) &&
          read_flag("MPICOMP_ERROR_FEEDBACK", s.error_feedback, error) && read_flag("MPICOMP_STATS", s.stats, error) &&
          read_flag("MPICOMP_VERBOSE", s.verbose, error) && read_flag("MPICOMP_SKIP_LOCAL", s.skip_local, error) &&
          read_dtypes("MPICOMP_DTYPES", s.dtypes, error);
