@@ -106,6 +106,14 @@ def test_verbose_says_why_a_call_was_not_compressed(program):
     assert len(notes) == len(set(n.split(":")[2] for n in notes))  # one line per reason
 
 
+@pytest.mark.parametrize("codec", ["int8", "none"])
+def test_mpi_op_null_is_mpis_error(program, codec):
+    """MPI_Allreduce and MPI_Reduce_scatter_block with MPI_OP_NULL return MPI's error (the
+    communicator's handler set to return) instead of being compressed and summed."""
+    r = mpiexec(2, program, codec, "op-null", timeout=60, MPICOMP_CODEC=codec)
+    assert r.returncode == 0 and f"{codec}: 0 failed checks" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
+
+
 def test_the_old_compress_local_variable_is_refused(program):
     r = mpiexec(2, program, "off", timeout=60, MPICOMP_COMPRESS_LOCAL="1")
     assert r.returncode != 0 and "MPICOMP_SKIP_LOCAL=1" in r.stderr, r.stderr[-2000:]

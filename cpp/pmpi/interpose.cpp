@@ -95,7 +95,9 @@ Decision decide(Coll coll, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm
   DType t;
   int inter = 0;
   if (!g_active || !codec) return pass(Skip::off);
-  if (op != MPI_SUM && op != MPI_OP_NULL) return pass(Skip::op);
+  // Allgather has no op (its callers pass MPI_OP_NULL); a reduction with any op but MPI_SUM,
+  // MPI_OP_NULL included, goes to MPI, which sums it or raises its own error.
+  if (coll != Coll::allgather && op != MPI_SUM) return pass(Skip::op);
   if (!float_type(dt, t) || !(g_settings.dtypes & Settings::dtype_bit(t))) return pass(Skip::datatype);
   if (comm == MPI_COMM_NULL || PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter)
     return pass(Skip::intercomm);

@@ -165,16 +165,44 @@ static void test_comm(MPI_Comm comm, const char* name) {
   }
 }
 
-int main(int argc, char** argv) {
-  int provided, rank;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  codec = argc > 1 ? argv[1] : "off";
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+/* MPI_OP_NULL in a reduction is MPI's own error, through the communicator's error handler
+   (set to return here), as without the interposer; it was once compressed and summed. */
+static void test_op_null(void) {
+  size_t n = 1 << 16;
+  float* x = calloc(2 * n, sizeof(float));
+  float* y = calloc(2 * n, sizeof(float));
+  MPI_Comm c;
+  MPI_Comm_dup(MPI_COMM_WORLD, &c);
+  MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+  if (MPI_Allreduce(x, y, (int)n, MPI_FLOAT, MPI_OP_NULL, c) == MPI_SUCCESS) {
+    fprintf(stderr, "FAIL MPI_Allreduce with MPI_OP_NULL succeeded (codec %s)\n", codec);
+    failures++;
+  }
+  if (MPI_Reduce_scatter_block(x, y, (int)n / 2, MPI_FLOAT, MPI_OP_NULL, c) == MPI_SUCCESS) {
+    fprintf(stderr, "FAIL MPI_Reduce_scatter_block with MPI_OP_NULL succeeded (codec %s)\n", codec);
+    failures++;
+  }
+  MPI_Comm_free(&c);
+  free(x), free(y);
+}
+
+static void test_comms(int rank) {
   test_comm(MPI_COMM_WORLD, "world");
   MPI_Comm half;
   MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &half);
   test_comm(half, "split");
   MPI_Comm_free(&half);
+}
+
+int main(int argc, char** argv) {
+  int provided, rank;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  codec = argc > 1 ? argv[1] : "off";
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (argc > 2 && !strcmp(argv[2], "op-null"))
+    test_op_null();
+  else
+    test_comms(rank);
   int total = 0;
   PMPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (rank == 0) printf("%s: %d failed checks\n", codec, total);
