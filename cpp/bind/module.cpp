@@ -10,6 +10,8 @@
 #include "../codecs/lossless.h"
 #include "../coll/coll.h"
 #include "../coll/config.h"
+#include "../coll/deadline.h"
+#include "../coll/scratch.h"
 #include "../coll/stats.h"
 #include "../core/errors.h"
 #include "args.h"
@@ -160,6 +162,7 @@ PYBIND11_MODULE(_core, m) {
       const char* cls = e.kind == ErrorKind::codec            ? "CodecError"
                         : e.kind == ErrorKind::shape_mismatch ? "ShapeMismatchError"
                         : e.kind == ErrorKind::argument       ? "ArgumentError"
+                        : e.kind == ErrorKind::timeout        ? "CommTimeoutError"
                                                               : "BackendError";
       py::object type = py::module_::import("mpicomp.errors").attr(cls);
       PyErr_SetString(type.ptr(), e.what());
@@ -264,12 +267,15 @@ PYBIND11_MODULE(_core, m) {
 
   m.def("get_config", [] {
     Config c = config();
-    return py::make_tuple(c.min_bytes, c.eager_bytes, c.segment_bytes, size_t(c.skip_local), size_t(c.verbose));
+    return py::make_tuple(c.min_bytes, c.eager_bytes, c.segment_bytes, size_t(c.skip_local), size_t(c.verbose),
+                          c.timeout_s, c.cache_bytes);
   });
   m.def("set_config", [](size_t min_bytes, size_t eager_bytes, size_t segment_bytes, size_t skip_local,
-                         size_t verbose) {
-    set_config(Config{min_bytes, eager_bytes, segment_bytes, skip_local != 0, verbose != 0});
+                         size_t verbose, double timeout_s, size_t cache_bytes) {
+    set_config(Config{min_bytes, eager_bytes, segment_bytes, skip_local != 0, verbose != 0, timeout_s, cache_bytes});
   });
+  m.def("scratch_held", &scratch_held);
+  m.def("timed_out", [](py::handle comm) { return timed_out(comm_of(comm)); });
 
   // ---- statistics (stats.h) ----
   m.def("stats", [] {

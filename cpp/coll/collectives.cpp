@@ -7,7 +7,9 @@
 
 #include "coll.h"
 #include "config.h"
+#include "deadline.h"
 #include "mpi_count.h"
+#include "scratch.h"
 #include "stages.h"
 #include "stats.h"
 
@@ -103,21 +105,21 @@ bool rides_agreement(const Signature& sig, const Config& cfg, bool small, bool p
 // takes the host's path, so that ranks with GPU and with host buffers meet in the same
 // messages, and a small GPU collective costs two copies rather than a pipeline of launches.
 void via_host(Coll coll, MPI_Comm comm, const void* x, size_t x_bytes, void* y, size_t y_bytes, const CollArgs& a) {
-  thread_local std::vector<char> hx, hy;
-  hx.resize(x_bytes);
-  hy.resize(y_bytes);
-  a.engine->copy(hx.data(), x, x_bytes, true);
+  thread_local Scratch sx, sy;
+  char* hx = sx.get(x_bytes);
+  char* hy = sy.get(y_bytes);
+  a.engine->copy(hx, x, x_bytes, true);
   CollArgs h = a;
   h.engine = nullptr;
   t_inner = true;
   try {
-    collective(coll, comm, hx.data(), hy.data(), h);
+    collective(coll, comm, hx, hy, h);
   } catch (...) {
     t_inner = false;
     throw;
   }
   t_inner = false;
-  a.engine->copy(y, hy.data(), y_bytes, false);
+  a.engine->copy(y, hy, y_bytes, false);
 }
 
 // Sums n elements of x (dtype t) over all ranks inside the agreement (sig.eager), and stores
@@ -126,18 +128,17 @@ void via_host(Coll coll, MPI_Comm comm, const void* x, size_t x_bytes, void* y, 
 // as itself (no 16-bit widening).
 void eager_sum(MPI_Comm comm, const Signature& sig, Engine& e, Payload::Kind kind, DType t, const void* x, size_t n,
                size_t first, size_t len, bool avg, int size, void* y) {
-  thread_local std::vector<char> whole;
+  thread_local Scratch whole;
   const size_t a = accum_size(t);
   if (a != dtype_size(t)) {  // 16-bit floats: summed as float32
-    whole.resize(n * a);
-    float* wide = reinterpret_cast<float*>(whole.data());
+    float* wide = whole.get<float>(n);
     e.load(t, x, n, nullptr, wide);
     handshake(comm, sig, Payload{kind, wide, wide, n});
     e.store(wide + first, len, avg ? 1.f / float(size) : 1.f, t, y);
     return;
   }
   void* sum = y;
-  if (len != n) whole.resize(n * a), sum = whole.data();
+  if (len != n) sum = whole.get(n * a);
   handshake(comm, sig, Payload{kind, x, sum, n});
   if (sum != y && len) std::memcpy(y, static_cast<char*>(sum) + first * a, len * a);
   if (avg) divide(y, t, len, size);
@@ -155,6 +156,7 @@ void set_config(const Config& c) {
 }
 
 void reject(MPI_Comm comm, Coll coll) {
+  CallScope scope(config(), comm);
   // The others may be finding out whether the communicator is node-local (a collective on
   // its first use): take part, as their call would have.
   if (CommInfo(comm).size > 1) node_local(comm);
@@ -167,6 +169,7 @@ void reject(MPI_Comm comm, Coll coll) {
 void allreduce(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   CommInfo ci(comm);
   const Config cfg = config();
+  CallScope scope(cfg, comm);
   std::optional<Skip> skip;
   Signature sig = signature(Coll::allreduce, a, ci, cfg, comm, skip);
   Recorder rec(Coll::allreduce, ci, a.count * dtype_size(a.dtype), skip);
@@ -218,6 +221,7 @@ void allreduce(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
 void reduce_scatter(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   CommInfo ci(comm);
   const Config cfg = config();
+  CallScope scope(cfg, comm);
   std::optional<Skip> skip;
   Signature sig = signature(Coll::reduce_scatter, a, ci, cfg, comm, skip);
   Recorder rec(Coll::reduce_scatter, ci, a.count * ci.size * dtype_size(a.dtype), skip);
@@ -251,6 +255,7 @@ void reduce_scatter(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
 void allgather(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   CommInfo ci(comm);
   const Config cfg = config();
+  CallScope scope(cfg, comm);
   std::optional<Skip> skip;
   Signature sig = signature(Coll::allgather, a, ci, cfg, comm, skip);
   Recorder rec(Coll::allgather, ci, a.count * dtype_size(a.dtype), skip);

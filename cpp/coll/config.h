@@ -24,6 +24,13 @@ struct Config {
   // Rank 0 prints a line the first time a collective travels uncompressed for a new reason
   // (stats.h). Does not shape the wire.
   bool verbose = false;
+  // Seconds a call may wait for other ranks before it raises ErrorKind::timeout (deadline.h);
+  // 0: no limit, as MPI. Does not shape the wire.
+  double timeout_s = 0;
+  // Scratch bytes a thread keeps between calls (scratch.h); the rest is freed after each
+  // call. Large enough for a torch DDP bucket's buffers (25 MiB of float32) many times over, so
+  // a training loop allocates nothing. Does not shape the wire.
+  size_t cache_bytes = size_t(128) << 20;
 };
 
 Config config();

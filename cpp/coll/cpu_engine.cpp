@@ -1,17 +1,17 @@
 #include <algorithm>
-#include <vector>
 
 #include "../codecs/codec.h"
 #include "../codecs/lossless.h"
 #include "engine.h"
+#include "scratch.h"
 
 namespace mpicomp {
 namespace {
 
 // One per thread: an iallreduce's worker thread and the caller's thread never share buffers.
 struct CpuEngine final : Engine {
-  std::vector<float> f32[2];
-  std::vector<uint8_t> bytes[2];
+  Scratch f32[2];
+  Scratch bytes[2];
 
   size_t encode(Spec s, DType t, const void* x, size_t n, float* res, uint8_t* w) override {
     return host_encode(s, t, x, n, res, w);
@@ -34,14 +34,8 @@ struct CpuEngine final : Engine {
     }
     cpu_kernels().decode_accumulate(Spec{}, t, static_cast<const uint8_t*>(x), n, acc);
   }
-  float* scratch_f32(int slot, size_t n) override {
-    if (f32[slot].size() < n) f32[slot].resize(n);
-    return f32[slot].data();
-  }
-  uint8_t* wire(int slot, size_t n) override {
-    if (bytes[slot].size() < n) bytes[slot].resize(n);
-    return bytes[slot].data();
-  }
+  float* scratch_f32(int slot, size_t n) override { return f32[slot].get<float>(n); }
+  uint8_t* wire(int slot, size_t n) override { return bytes[slot].get<uint8_t>(n); }
 };
 
 }  // namespace

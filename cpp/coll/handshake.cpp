@@ -3,14 +3,17 @@
 #include <cstring>
 #include <vector>
 
+#include "deadline.h"
 #include "mpi_count.h"
 #include "mpi_util.h"
+#include "scratch.h"
 
 namespace mpicomp {
 namespace {
 
 constexpr int kTag = 0x6d63;      // "mc": on the private communicator only
-constexpr int kDataTag = 0x6d64;  // eager data, a message of its own: sent from where it lies
+constexpr int kDataTag = 0x6d66;  // eager data, a message of its own: sent from where it lies
+                                  // (stages.cpp's tags are 0x6d64 and 0x6d65)
 constexpr uint32_t kMagic = 0x4d504331;
 constexpr uint32_t kDisagree = 1;
 
@@ -48,12 +51,11 @@ void add_payload(DType t, void* acc, const void* src, const void* in, size_t n) 
 
 // Per-thread scratch, kept between calls: an agreement allocates only when a payload grows.
 char* scratch(int which, size_t bytes) {
-  thread_local std::vector<char> b[4];
-  if (b[which].size() < bytes) b[which].resize(bytes);
-  return b[which].data();
+  thread_local Scratch b[4];
+  return b[which].get(bytes);
 }
 
-void wait(MPI_Request* r, const char* what) { mpi_check(PMPI_Wait(r, MPI_STATUS_IGNORE), what); }
+void wait(MPI_Request* r, const char* what) { wait_all(1, r, what); }
 
 // The first kInline bytes of a payload are copied into the header message; the rest, if
 // any, travels as a message of its own straight from the caller's buffer. A message that fits
@@ -139,22 +141,25 @@ struct Exchange {
   }
 
   void send(MPI_Comm c, int peer, Span s) {
-    MPI_Request r[2];
+    MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    Posted posted(r, 2);
     post_send(c, peer, s, 0, r);
-    mpi_check(PMPI_Waitall(2, r, MPI_STATUSES_IGNORE), "MPI_Waitall");
+    wait_all(2, r, "MPI_Waitall");
   }
   // True when the payload arrived and everyone so far agrees: it may be used.
   bool recv(MPI_Comm c, int peer, Span into) {
-    MPI_Request r[2];
+    MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    Posted posted(r, 2);
     post_recv(c, peer, into, r);
     return finish_recv(c, peer, into, r) && agreed();
   }
   bool sendrecv(MPI_Comm c, int peer, Span s, Span into) {
-    MPI_Request r[4];
+    MPI_Request r[4] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    Posted posted(r, 4);
     post_recv(c, peer, into, r);
     post_send(c, peer, s, into.n, r + 2);
     bool same = finish_recv(c, peer, into, r);
-    mpi_check(PMPI_Waitall(2, r + 2, MPI_STATUSES_IGNORE), "MPI_Waitall");
+    wait_all(2, r + 2, "MPI_Waitall");
     if (!same || in().expect_bytes != s.n) {
       // A size differed in one direction or both, which both sides see. Meet once more before
       // returning, so that the peer cannot reach its next call, whose payload a receive not

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "deadline.h"
 #include "mpi_count.h"
 
 namespace mpicomp {
@@ -26,10 +27,7 @@ void isend(const void* buf, size_t bytes, int peer, int tag, MPI_Comm c, std::ve
 void irecv(void* buf, size_t bytes, int peer, int tag, MPI_Comm c, MPI_Request* req) {
   mpic::irecv_bytes(buf, bytes, peer, tag, c, req);
 }
-void waitall(std::vector<MPI_Request>& reqs) {
-  if (!reqs.empty())
-    mpi_check(PMPI_Waitall(int(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
-}
+void waitall(std::vector<MPI_Request>& reqs) { wait_all(int(reqs.size()), reqs.data(), "MPI_Waitall"); }
 
 }  // namespace
 
@@ -66,6 +64,7 @@ void reduce_scatter_stage(MPI_Comm c, const CommInfo& ci, Engine& e, Spec s, DTy
   // Receives, posted in the order they are consumed: segment by segment, peers r-1, r-2, ...
   uint8_t* rbuf = e.wire(0, my_enc * size_t(p - 1));
   std::vector<MPI_Request> rreq(nin * size_t(p - 1));
+  Posted posted_r(rreq);
   for (size_t k = 0; k < nin; ++k)
     for (int d = 1; d < p; ++d)
       irecv(rbuf + size_t(d - 1) * my_enc + segment_offset(s, t, L.seg, k),
@@ -78,7 +77,7 @@ void reduce_scatter_stage(MPI_Comm c, const CommInfo& ci, Engine& e, Spec s, DTy
     while (next < rreq.size()) {
       int done = 1;
       if (block)
-        mpi_check(PMPI_Wait(&rreq[next], MPI_STATUS_IGNORE), "MPI_Wait");
+        wait_all(1, &rreq[next], "MPI_Wait");
       else
         mpi_check(PMPI_Test(&rreq[next], &done, MPI_STATUS_IGNORE), "MPI_Test");
       if (!done) return;
@@ -93,6 +92,7 @@ void reduce_scatter_stage(MPI_Comm c, const CommInfo& ci, Engine& e, Spec s, DTy
   for (int d = 1; d < p; ++d) send_bytes += part_bytes(s, t, L.len((r + d) % p), L.seg);
   uint8_t* sbuf = e.wire(1, send_bytes);
   std::vector<MPI_Request> sreq;
+  Posted posted_s(sreq);
   size_t spos = 0;
   for (int d = 1; d < p; ++d) {
     int dst = (r + d) % p;
@@ -119,6 +119,7 @@ void allgather_stage(MPI_Comm c, const CommInfo& ci, Engine& e, Spec s, DType st
   for (int j = 0; j < p; ++j) rpos[j + 1] = rpos[j] + (j == r ? 0 : part_bytes(s, st, L.len(j), L.seg));
   uint8_t* rbuf = e.wire(0, rpos[p]);
   std::vector<MPI_Request> rreq;
+  Posted posted_r(rreq);
   std::vector<std::pair<int, size_t>> which;  // (part, segment) of each receive
   for (int j = 0; j < p; ++j) {
     if (j == r) continue;
@@ -139,7 +140,7 @@ void allgather_stage(MPI_Comm c, const CommInfo& ci, Engine& e, Spec s, DType st
     while (left > 0) {
       int count = 0;
       if (block)
-        mpi_check(PMPI_Waitsome(int(rreq.size()), rreq.data(), &count, idx.data(), MPI_STATUSES_IGNORE), "MPI_Waitsome");
+        count = wait_some(int(rreq.size()), rreq.data(), idx.data(), "MPI_Waitsome");
       else
         mpi_check(PMPI_Testsome(int(rreq.size()), rreq.data(), &count, idx.data(), MPI_STATUSES_IGNORE), "MPI_Testsome");
       if (count == MPI_UNDEFINED || count == 0) return;
@@ -151,6 +152,7 @@ void allgather_stage(MPI_Comm c, const CommInfo& ci, Engine& e, Spec s, DType st
   const size_t my_len = L.len(r);
   uint8_t* sbuf = e.wire(1, part_bytes(s, st, my_len, L.seg));
   std::vector<MPI_Request> sreq;
+  Posted posted_s(sreq);
   for (size_t k = 0; k < nsegs(my_len, L.seg); ++k) {
     size_t n = seg_len(my_len, L.seg, k), o = segment_offset(s, st, L.seg, k);
     size_t bytes = e.encode(s, st, at<char>(src, k * L.seg * sts), n, res ? res + k * L.seg : nullptr, sbuf + o);

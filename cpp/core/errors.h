@@ -6,7 +6,7 @@
 
 namespace mpicomp {
 
-enum class ErrorKind { codec, shape_mismatch, backend, argument };
+enum class ErrorKind { codec, shape_mismatch, backend, argument, timeout };
 
 struct Error : std::runtime_error {
   ErrorKind kind;

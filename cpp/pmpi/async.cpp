@@ -6,6 +6,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "../core/errors.h"
 
@@ -18,6 +19,7 @@ struct Job {
   void* y;
   CollArgs args;
   MPI_Request req;
+  std::shared_ptr<void> keep;
   int error = MPI_SUCCESS;
 };
 
@@ -63,8 +65,9 @@ void work() {
 
 }  // namespace
 
-void start_async(MPI_Comm comm, const void* x, void* y, const CollArgs& a, MPI_Request* req) {
-  Job* job = new Job{comm, x, y, a, MPI_REQUEST_NULL};
+void start_async(MPI_Comm comm, const void* x, void* y, const CollArgs& a, MPI_Request* req,
+                 std::shared_ptr<void> keep) {
+  Job* job = new Job{comm, x, y, a, MPI_REQUEST_NULL, std::move(keep)};
   int rc = PMPI_Grequest_start(query, release, cancel, job, req);
   if (rc != MPI_SUCCESS) {
     delete job;

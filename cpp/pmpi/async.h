@@ -5,6 +5,8 @@
 #pragma once
 #include <mpi.h>
 
+#include <memory>
+
 #include "../coll/coll.h"
 
 namespace mpicomp::pmpi {
@@ -15,7 +17,9 @@ MPI_Comm private_comm(MPI_Comm comm, int slot);
 
 inline MPI_Comm async_comm(MPI_Comm comm) { return private_comm(comm, 1); }
 
-void start_async(MPI_Comm comm, const void* x, void* y, const CollArgs& a, MPI_Request* req);
+// `keep`: held until the call is done (the residual a.residual points into).
+void start_async(MPI_Comm comm, const void* x, void* y, const CollArgs& a, MPI_Request* req,
+                 std::shared_ptr<void> keep = nullptr);
 
 // Finishes queued work and joins the worker (at MPI_Finalize).
 void stop_async();

@@ -16,9 +16,11 @@
 
 #include "../coll/coll.h"
 #include "../coll/config.h"
+#include "../coll/deadline.h"
 #include "../coll/mpi_util.h"
 #include "../coll/stats.h"
 #include "async.h"
+#include "residuals.h"
 #include "settings.h"
 
 #define MPICOMP_EXPORT extern "C" __attribute__((visibility("default")))
@@ -40,26 +42,18 @@ bool g_threads = false;
 int g_keyval[2] = {MPI_KEYVAL_INVALID, MPI_KEYVAL_INVALID};
 std::once_flag g_keyval_once[2];
 
-int free_dup(MPI_Comm, int, void* attr, void*) {
+int free_dup(MPI_Comm comm, int, void* attr, void*) {
+  forget_residuals(comm);  // a later communicator may get the same handle
   MPI_Comm* dup = static_cast<MPI_Comm*>(attr);
-  PMPI_Comm_free(dup);
+  if (!timed_out(*dup)) PMPI_Comm_free(dup);
   delete dup;
   return MPI_SUCCESS;
 }
 
-// ---- error feedback, one residual per (communicator, receive buffer, count) ----
-// Threads insert at once (each on its own communicator): the map is locked. An entry is then
-// used without the lock, by the one thread whose communicator it belongs to (MPI forbids
-// two threads' collectives on one communicator at once); map nodes never move.
-std::mutex g_residuals_mutex;
-std::map<std::tuple<MPI_Comm, const void*, MPI_Count>, std::vector<float>> g_residuals;
-
-float* residual(MPI_Comm comm, const void* key, MPI_Count count, size_t n) {
+// Error feedback (residuals.h): a call holds its residual until it is done with it.
+Residual residual(MPI_Comm comm, const void* key, MPI_Count count, size_t n) {
   if (!g_settings.error_feedback) return nullptr;
-  std::lock_guard<std::mutex> g(g_residuals_mutex);
-  auto& r = g_residuals[{comm, key, count}];
-  r.resize(n, 0.f);
-  return r.data();
+  return residual_for(comm, key, count, n, g_settings.residual_bytes);
 }
 
 bool float_type(MPI_Datatype t, DType& out) {
@@ -152,7 +146,8 @@ int allreduce(const void* x, void* y, MPI_Count count, MPI_Datatype dt, MPI_Op o
   if (!d.args) return passthrough(Coll::allreduce, d.why, comm, double(count) * type_size(dt), mpi);
   if (x == MPI_IN_PLACE) x = y;
   return guarded(comm, [&] {
-    d.args->residual = residual(comm, y, count, d.args->count);
+    Residual r = residual(comm, y, count, d.args->count);
+    d.args->residual = r ? r->data() : nullptr;
     mpicomp::allreduce(private_comm(comm, 0), x, y, *d.args);
   });
 }
@@ -170,7 +165,8 @@ int reduce_scatter_block(const void* x, void* y, MPI_Count count, MPI_Datatype d
     x = copy.data();
   }
   return guarded(comm, [&] {
-    d.args->residual = residual(comm, y, count, d.args->count * p);
+    Residual r = residual(comm, y, count, d.args->count * p);
+    d.args->residual = r ? r->data() : nullptr;
     mpicomp::reduce_scatter(private_comm(comm, 0), x, y, *d.args);
   });
 }
@@ -191,7 +187,8 @@ int allgather(const void* x, MPI_Count sc, MPI_Datatype st, void* y, MPI_Count r
     x = copy.data();
   }
   return guarded(comm, [&] {
-    d.args->residual = residual(comm, y, rc, d.args->count);
+    Residual r = residual(comm, y, rc, d.args->count);
+    d.args->residual = r ? r->data() : nullptr;
     mpicomp::allgather(private_comm(comm, 0), x, y, *d.args);
   });
 }
@@ -204,8 +201,9 @@ int iallreduce(const void* x, void* y, MPI_Count count, MPI_Datatype dt, MPI_Op 
     return passthrough(Coll::allreduce, d.why, comm, double(count) * type_size(dt), mpi);
   if (x == MPI_IN_PLACE) x = y;
   return guarded(comm, [&] {  // the worker's allreduce counts itself when it runs
-    d.args->residual = residual(comm, y, count, d.args->count);
-    start_async(async_comm(comm), x, y, *d.args, req);
+    Residual r = residual(comm, y, count, d.args->count);
+    d.args->residual = r ? r->data() : nullptr;
+    start_async(async_comm(comm), x, y, *d.args, req, r);
   });
 }
 
@@ -251,7 +249,8 @@ void on_init() {
     PMPI_Abort(MPI_COMM_WORLD, 2);
   }
   // No eager path: it only pays in thread-multiple programs, below min_bytes anyway.
-  set_config(Config{g_settings.min_bytes, 0, g_settings.segment_bytes, g_settings.skip_local, g_settings.verbose});
+  set_config(Config{g_settings.min_bytes, 0, g_settings.segment_bytes, g_settings.skip_local, g_settings.verbose,
+                    g_settings.timeout_s, g_settings.cache_bytes});
   g_active = true;
   announce();
 }
@@ -311,7 +310,7 @@ MPICOMP_EXPORT int MPI_Finalize() {
   if (g_active) {
     stop_async();
     if (g_settings.stats) print_stats();
-    g_residuals.clear();
+    clear_residuals();
   }
   return PMPI_Finalize();
 }

@@ -70,6 +70,21 @@ bool read_size(const char* var, size_t& out, std::string& error, long long lo, l
   return true;
 }
 
+// Seconds, in [0, 1e9].
+bool read_seconds(const char* var, double& out, std::string& error) {
+  const char* v = std::getenv(var);
+  if (!v) return true;
+  char* end = nullptr;
+  errno = 0;
+  double t = std::strtod(v, &end);
+  if (!*v || *end || errno || !(t >= 0 && t <= 1e9)) {
+    error = std::string(var) + "=" + v + ": expected a number of seconds in [0, 1e9] (0: no limit)";
+    return false;
+  }
+  out = t;
+  return true;
+}
+
 bool read_flag(const char* var, bool& out, std::string& error) {
   const char* v = std::getenv(var);
   if (!v) return true;
@@ -123,6 +138,9 @@ bool read_settings(Settings& s, std::string& error) {
   }
   return read_size("MPICOMP_MIN_BYTES", s.min_bytes, error, 0, 1LL << 62) &&
          read_size("MPICOMP_SEGMENT_BYTES", s.segment_bytes, error, 1024, 1LL << 31) &&
+         read_size("MPICOMP_CACHE_BYTES", s.cache_bytes, error, 0, 1LL << 62) &&
+         read_size("MPICOMP_RESIDUAL_BYTES", s.residual_bytes, error, 0, 1LL << 62) &&
+         read_seconds("MPICOMP_TIMEOUT", s.timeout_s, error) &&
          read_flag("MPICOMP_ERROR_FEEDBACK", s.error_feedback, error) && read_flag("MPICOMP_STATS", s.stats, error) &&
          read_flag("MPICOMP_VERBOSE", s.verbose, error) && read_flag("MPICOMP_SKIP_LOCAL", s.skip_local, error) &&
          read_dtypes("MPICOMP_DTYPES", s.dtypes, error);

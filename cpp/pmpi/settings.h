@@ -18,6 +18,9 @@ struct Settings {
   bool stats = false;
   bool verbose = false;          // a line on rank 0 for each new reason a call is not compressed
   bool skip_local = false;       // pass through on communicators whose ranks share one node
+  double timeout_s = 0;          // Config::timeout_s: 0, no limit
+  size_t cache_bytes = size_t(128) << 20;  // Config::cache_bytes
+  size_t residual_bytes = size_t(1) << 30;  // error feedback's residuals (residuals.h)
   // Datatypes compressed, one bit per DType: by default the ones gradients come in; doubles
   // (norms, metrics, scientific fields) stay exact unless MPICOMP_DTYPES names them.
   unsigned dtypes = dtype_bit(DType::f32) | dtype_bit(DType::f16) | dtype_bit(DType::bf16);

@@ -12,7 +12,7 @@ from . import _core
 from .codecs import Codec, available_codecs, codec
 from .collectives import Request, allgather, allreduce, iallreduce, recv, reduce_scatter, send
 from .config import config
-from .errors import ArgumentError, BackendError, CodecError, MpicompError, ShapeMismatchError
+from .errors import ArgumentError, BackendError, CodecError, CommTimeoutError, MpicompError, ShapeMismatchError
 from .feedback import ErrorFeedback
 from .stats import reset_stats, stats, stats_table
 
@@ -22,5 +22,5 @@ __all__ = [
     "Codec", "codec", "available_codecs",
     "allreduce", "reduce_scatter", "allgather", "iallreduce", "Request", "send", "recv",
     "ErrorFeedback", "config", "stats", "reset_stats", "stats_table",
-    "MpicompError", "CodecError", "ShapeMismatchError", "BackendError", "ArgumentError",
+    "MpicompError", "CodecError", "ShapeMismatchError", "BackendError", "ArgumentError", "CommTimeoutError",
 ]

@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from mpi4py import MPI
 
+from . import _core
 from .errors import ArgumentError
 
 __all__ = ["private", "worker", "known"]
@@ -37,7 +38,9 @@ class _Context:
         if self.executor is not None:
             self.executor.shutdown(wait=True)
         for c in (self.comm, self.async_comm):
-            if c is not None and c != MPI.COMM_NULL and not MPI.Is_finalized():
+            # One on which a call timed out is left allocated (deadline.h: its late messages
+            # must not meet a new communicator that reuses its context).
+            if c is not None and c != MPI.COMM_NULL and not MPI.Is_finalized() and not _core.timed_out(c):
                 c.Free()
 
 

@@ -33,6 +33,16 @@ attribute          environment variable        meaning
                                                collective travels uncompressed for a reason
                                                other than codec "none" (below min_bytes,
                                                one rank, skip_local). Default 0.
+``timeout_s``      ``MPICOMP_TIMEOUT``         seconds a call may wait for the other ranks
+                                               before it raises CommTimeoutError (a rank
+                                               that never arrives no longer hangs the
+                                               others). Default 0: no limit, as MPI. Not
+                                               covered: a communicator's first mpicomp
+                                               call, which makes its private duplicate
+                                               with MPI's own (blocking) MPI_Comm_dup.
+``cache_bytes``    ``MPICOMP_CACHE_BYTES``     scratch memory a thread keeps between calls;
+                                               beyond it, buffers are freed after each
+                                               call, largest first. Default 128 MiB.
 =================  ==========================  ============================================
 
 ``mpicomp-config --preload`` (or ``python -m mpicomp --preload``) prints the path of
@@ -48,10 +58,12 @@ from .errors import ArgumentError
 
 __all__ = ["config"]
 
-_FIELDS = ("min_bytes", "eager_bytes", "segment_bytes", "skip_local", "verbose")
+_FIELDS = ("min_bytes", "eager_bytes", "segment_bytes", "skip_local", "verbose", "timeout_s", "cache_bytes")
 _LIMITS = {"min_bytes": (0, 1 << 62), "eager_bytes": (0, 1 << 30), "segment_bytes": (1024, 1 << 31),
-           "skip_local": (0, 1), "verbose": (0, 1)}
+           "skip_local": (0, 1), "verbose": (0, 1), "timeout_s": (0, 1e9), "cache_bytes": (0, 1 << 62)}
 _FLAGS = ("skip_local", "verbose")
+_SECONDS = ("timeout_s",)
+_ENV = {name: "MPICOMP_" + name.upper() for name in _FIELDS} | {"timeout_s": "MPICOMP_TIMEOUT"}
 
 
 class _Config:
@@ -68,7 +80,12 @@ class _Config:
         lo, hi = _LIMITS[name]
         if name in _FLAGS and isinstance(value, bool):
             value = int(value)
-        if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+        if name in _SECONDS:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
+                raise ArgumentError(f"mpicomp.config.{name} must be a number of seconds in [{lo}, {hi:g}] "
+                                    f"(0: no limit), got {value!r}")
+            value = float(value)
+        elif not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
             raise ArgumentError(f"mpicomp.config.{name} must be an integer in [{lo}, {hi}], got {value!r}")
         current = list(_core.get_config())
         current[_FIELDS.index(name)] = value
@@ -85,13 +102,13 @@ if "MPICOMP_COMPRESS_LOCAL" in os.environ:
     raise ArgumentError("MPICOMP_COMPRESS_LOCAL is gone: compression is now applied on one node too, by default; "
                         "set MPICOMP_SKIP_LOCAL=1 to skip it there (and unset MPICOMP_COMPRESS_LOCAL)")
 
-for _name in _FIELDS:
-    _env = "MPICOMP_" + _name.upper()
+for _name, _env in _ENV.items():
     if _env in os.environ:
         try:
-            _value = int(os.environ[_env], 0)
+            _value = float(os.environ[_env]) if _name in _SECONDS else int(os.environ[_env], 0)
         except ValueError:
-            raise ArgumentError(f"{_env} must be an integer, got {os.environ[_env]!r}") from None
+            raise ArgumentError(f"{_env} must be {'a number' if _name in _SECONDS else 'an integer'}, "
+                                f"got {os.environ[_env]!r}") from None
         setattr(config, _name, _value)
 
 

@@ -5,7 +5,7 @@ with the other ranks, so every rank raises (the others :class:`ShapeMismatchErro
 of waiting forever for the rank that gave up.
 """
 
-__all__ = ["MpicompError", "CodecError", "ShapeMismatchError", "BackendError", "ArgumentError"]
+__all__ = ["MpicompError", "CodecError", "ShapeMismatchError", "BackendError", "ArgumentError", "CommTimeoutError"]
 
 
 class MpicompError(Exception):
@@ -23,6 +23,13 @@ class ShapeMismatchError(MpicompError, ValueError):
 
 class BackendError(MpicompError, RuntimeError):
     """No usable GPU or CUDA-aware MPI where one is needed, or an MPI call failed."""
+
+
+class CommTimeoutError(BackendError, TimeoutError):
+    """A call waited longer than ``mpicomp.config.timeout_s`` (``MPICOMP_TIMEOUT``) for the
+    other ranks: one of them never reached it, or stopped in it. Raised on every rank that
+    waits; mpicomp does not use that communicator again (its late messages could match a
+    later call's), so free it and make a new one."""
 
 
 class ArgumentError(MpicompError, ValueError):

@@ -160,3 +160,64 @@ def test_recv_mismatch_with_small_uncompressed_messages(n_sent, n_expected):
             mpicomp.recv(np.empty(n_expected, np.float32), 0, comm=comm, codec="none")
         assert np.array_equal(mpicomp.recv(np.empty(5, np.float32), 0, comm=comm, codec="none"), x[:5] * 2)
     comm.Barrier()
+
+
+@pytest.mark.parametrize("codec", ["none", "int8"])
+def test_messages_from_two_threads_stay_whole(codec):
+    """Two threads of rank 0 send to rank 1 with one tag, and rank 1's two threads receive
+    with that tag, while a third thread pair exchanges the user's own messages on the same
+    communicator. MPI lets each receive take either thread's message, but each whole: a
+    message's segments travel on the pair's private communicator under their own tag. (They
+    went on the caller's tag before, and a receiver took the other message's segments.)"""
+    if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
+        pytest.skip("needs MPI_THREAD_MULTIPLE")
+    import threading
+
+    comm = comm_of("dup")
+    rank, n, rounds = comm.Get_rank(), 20_000, 20
+    sent = [float(1000 * t + i) for t in range(2) for i in range(rounds)]
+    got, errors = [], []
+
+    def sender(t):
+        for i in range(rounds):
+            mpicomp.send(np.full(n, 1000.0 * t + i, np.float32), 1, comm=comm, codec=codec, tag=5)
+
+    def receiver():
+        for _ in range(rounds):
+            got.append(mpicomp.recv(np.empty(n, np.float32), source=0, comm=comm, codec=codec, tag=5))
+
+    def user():
+        for i in range(rounds):
+            if rank == 0:
+                comm.Send(np.full(n, -1.0 - i, np.float32), dest=1, tag=6)
+            else:
+                y = np.empty(n, np.float32)
+                comm.Recv(y, source=0, tag=6)
+                got_user.append(y)
+
+    def guarded(f, *args):
+        try:
+            f(*args)
+        except BaseException as e:  # noqa: BLE001 -- re-raised below
+            errors.append(e)
+
+    got_user = []
+    with config(segment_bytes=4096):  # 20 segments a message
+        work = [(sender, 0), (sender, 1)] if rank == 0 else [(receiver,), (receiver,)] if rank == 1 else []
+        threads = [threading.Thread(target=guarded, args=w) for w in work]
+        if rank in (0, 1):
+            threads.append(threading.Thread(target=guarded, args=(user,)))
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(120)
+        assert not any(th.is_alive() for th in threads), "deadlock"
+    assert not errors, errors
+    if rank == 1:
+        values = []
+        for y in got:
+            assert (y == y[0]).all(), f"a message mixed from two: values {np.unique(y)[:6]}"
+            values.append(float(y[0]))
+        np.testing.assert_allclose(sorted(values), sorted(sent), rtol=1e-2)  # int8: one rounding
+        assert [float(y[0]) for y in got_user] == [-1.0 - i for i in range(rounds)]
+    comm.Barrier()

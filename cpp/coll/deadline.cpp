@@ -1,0 +1,164 @@
+#include "deadline.h"
+
+#include <chrono>
+#include <mutex>
+#include <cstdio>
+#include <string>
+
+#include "mpi_util.h"
+#include "scratch.h"
+
+namespace mpicomp {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+thread_local int t_depth = 0;
+thread_local bool t_timed = false;
+thread_local double t_seconds = 0;
+thread_local Clock::time_point t_deadline;
+thread_local bool t_expired = false;  // the current call timed out
+
+struct Registered {
+  std::vector<MPI_Request>* v;
+  MPI_Request* r;
+  int n;
+};
+thread_local std::vector<Registered> t_posted;
+
+// Gives up on requests still active after a timeout. Receives are cancelled and completed,
+// so a late rank's message can never land in memory reused later; sends cannot be taken back
+// reliably (MPI-4 deprecates cancelling them) and are freed, to complete when matched.
+void abandon(int n, MPI_Request* r) {
+  for (int i = 0; i < n; ++i)
+    if (r[i] != MPI_REQUEST_NULL) PMPI_Cancel(&r[i]);
+  const auto grace = Clock::now() + std::chrono::milliseconds(100);
+  for (int i = 0; i < n; ++i) {
+    int done = 0;
+    while (r[i] != MPI_REQUEST_NULL && !done && Clock::now() < grace) PMPI_Test(&r[i], &done, MPI_STATUS_IGNORE);
+    if (r[i] != MPI_REQUEST_NULL) PMPI_Request_free(&r[i]);
+  }
+}
+
+[[noreturn]] void expire(int n, MPI_Request* r, const char* what) {
+  abandon(n, r);
+  for (Registered& p : t_posted)
+    p.v ? abandon(int(p.v->size()), p.v->data()) : abandon(p.n, p.r);
+  abandon_scratch();  // the abandoned requests may still use them
+  t_expired = true;
+  char secs[32];
+  std::snprintf(secs, sizeof secs, "%g", t_seconds);
+  throw Error(ErrorKind::timeout,
+              std::string(what) + " still waiting after " + secs +
+                  " s (config.timeout_s, MPICOMP_TIMEOUT): a rank of the communicator has not reached this call, "
+                  "or has stopped in it. mpicomp will not use this communicator again: free it");
+}
+
+// Polls `test` until it reports progress or the deadline passes.
+template <class Test>
+void poll(int n, MPI_Request* r, const char* what, Test test) {
+  for (unsigned spin = 0;; ++spin) {
+    if (test()) return;
+    if (spin % 64 == 63 && Clock::now() >= t_deadline) expire(n, r, what);
+  }
+}
+
+}  // namespace
+
+Posted::Posted(std::vector<MPI_Request>& v) { t_posted.push_back({&v, nullptr, 0}); }
+Posted::Posted(MPI_Request* r, int n) { t_posted.push_back({nullptr, r, n}); }
+Posted::~Posted() { t_posted.pop_back(); }
+
+namespace {
+
+// The attribute that marks a communicator on which a call timed out.
+int timed_out_keyval() {
+  static std::mutex m;
+  static int keyval = MPI_KEYVAL_INVALID;
+  std::lock_guard<std::mutex> g(m);
+  if (keyval == MPI_KEYVAL_INVALID)
+    mpi_check(PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, MPI_COMM_NULL_DELETE_FN, &keyval, nullptr),
+              "MPI_Comm_create_keyval");
+  return keyval;
+}
+
+}  // namespace
+
+bool timed_out(MPI_Comm comm) {
+  void* value = nullptr;
+  int found = 0;
+  mpi_check(PMPI_Comm_get_attr(comm, timed_out_keyval(), &value, &found), "MPI_Comm_get_attr");
+  return found != 0;
+}
+
+CallScope::CallScope(const Config& c, MPI_Comm comm) : outer_(t_depth == 0), cache_bytes_(c.cache_bytes), comm_(comm) {
+  if (!outer_) {
+    ++t_depth;
+    return;
+  }
+  if (comm != MPI_COMM_NULL && timed_out(comm))
+      throw Error(ErrorKind::timeout, "an earlier call on this communicator timed out (config.timeout_s, "
+                                      "MPICOMP_TIMEOUT): its messages may still arrive, so mpicomp does not use it "
+                                      "again; free it and use a new one");
+  ++t_depth;
+  t_expired = false;
+  t_timed = c.timeout_s > 0;
+  t_seconds = c.timeout_s;
+  if (t_timed) t_deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                 std::chrono::duration<double>(c.timeout_s));
+}
+
+CallScope::~CallScope() {
+  --t_depth;
+  if (!outer_) return;
+  if (t_expired && comm_ != MPI_COMM_NULL) PMPI_Comm_set_attr(comm_, timed_out_keyval(), nullptr);
+  trim_scratch(cache_bytes_);
+}
+
+void wait_all(int n, MPI_Request* r, const char* what) {
+  if (n == 0) return;
+  if (!t_timed) return mpi_check(PMPI_Waitall(n, r, MPI_STATUSES_IGNORE), what);
+  poll(n, r, what, [&] {
+    int done = 0;
+    mpi_check(PMPI_Testall(n, r, &done, MPI_STATUSES_IGNORE), what);
+    return done != 0;
+  });
+}
+
+void wait_one(MPI_Request* r, MPI_Status* status, const char* what) {
+  if (!t_timed) return mpi_check(PMPI_Wait(r, status), what);
+  poll(1, r, what, [&] {
+    int done = 0;
+    mpi_check(PMPI_Test(r, &done, status), what);
+    return done != 0;
+  });
+}
+
+int wait_any(int n, MPI_Request* r, const char* what) {
+  int k = MPI_UNDEFINED;
+  if (!t_timed) {
+    mpi_check(PMPI_Waitany(n, r, &k, MPI_STATUS_IGNORE), what);
+    return k;
+  }
+  poll(n, r, what, [&] {
+    int done = 0;
+    mpi_check(PMPI_Testany(n, r, &k, &done, MPI_STATUS_IGNORE), what);
+    return done != 0;
+  });
+  return k;
+}
+
+int wait_some(int n, MPI_Request* r, int* idx, const char* what) {
+  int count = 0;
+  if (!t_timed) {
+    mpi_check(PMPI_Waitsome(n, r, &count, idx, MPI_STATUSES_IGNORE), what);
+    return count;
+  }
+  poll(n, r, what, [&] {
+    mpi_check(PMPI_Testsome(n, r, &count, idx, MPI_STATUSES_IGNORE), what);
+    return count != 0;
+  });
+  return count;
+}
+
+}  // namespace mpicomp

@@ -1,0 +1,57 @@
+// The core's waits for MPI requests, under the optional timeout Config::timeout_s. Without
+// one they are MPI's own (MPI_Waitall, ...). With one they poll, and a call that is still
+// waiting when its time is up cancels what it has posted and raises ErrorKind::timeout: a
+// rank that never reaches a collective makes the others fail instead of hanging forever.
+// The time is counted from the start of the top-level call (CallScope).
+#pragma once
+#include <mpi.h>
+
+#include <vector>
+
+#include "config.h"
+
+namespace mpicomp {
+
+// Set up by every top-level call (a collective, send, recv, reject) for its duration: its
+// deadline, and on return the bound on the scratch memory its thread keeps (scratch.h).
+// Calls made inside one (via_host's) keep the outer deadline. A collective's communicator
+// (`comm`) on which a call timed out is marked: messages of that call may still arrive and
+// would match the next call's, so every later call on it raises at once.
+class CallScope {
+ public:
+  explicit CallScope(const Config& c, MPI_Comm comm = MPI_COMM_NULL);
+  ~CallScope();
+  CallScope(const CallScope&) = delete;
+  CallScope& operator=(const CallScope&) = delete;
+
+ private:
+  bool outer_;
+  size_t cache_bytes_;
+  MPI_Comm comm_;
+};
+
+// Requests a call has posted and may not have completed when a wait expires: all of them
+// are abandoned then, not only the ones waited for, so that no late message can land in a
+// buffer after the call has given it up. Registered for the guard's lifetime.
+class Posted {
+ public:
+  explicit Posted(std::vector<MPI_Request>& v);
+  Posted(MPI_Request* r, int n);
+  ~Posted();
+  Posted(const Posted&) = delete;
+  Posted& operator=(const Posted&) = delete;
+};
+
+// Whether a call on comm timed out. Such a communicator is never freed (by mpicomp, its
+// owner): MPI may reuse a freed communicator's context for a new one, and the timed-out call's
+// messages, still on their way, would then match that one's.
+bool timed_out(MPI_Comm comm);
+
+void wait_all(int n, MPI_Request* r, const char* what);
+void wait_one(MPI_Request* r, MPI_Status* status, const char* what);
+// The index of the request that completed.
+int wait_any(int n, MPI_Request* r, const char* what);
+// How many completed (their indices in idx), or MPI_UNDEFINED when none was active.
+int wait_some(int n, MPI_Request* r, int* idx, const char* what);
+
+}  // namespace mpicomp

@@ -1,0 +1,88 @@
+"""config.timeout_s (MPICOMP_TIMEOUT): a rank that never reaches a call makes the ranks that
+wait for it raise CommTimeoutError once the time is up, instead of hanging (issue 21 item 6).
+The communicator is refused from then on (the call's messages may still arrive); a fresh one
+works. A recv that nobody sends to times out too, and leaves its communicator usable."""
+import time
+
+import numpy as np
+import pytest
+
+import mpicomp
+from _mpiutil import WORLD
+
+TIMEOUT = 1.0
+
+
+@pytest.fixture
+def timeout():
+    old = mpicomp.config.timeout_s
+    mpicomp.config.timeout_s = TIMEOUT
+    yield
+    mpicomp.config.timeout_s = old
+
+
+def _input(coll, n, p):
+    return np.full(n * (p if coll == "reduce_scatter" else 1), 1.0, np.float32)
+
+
+def _expected(coll, n, p):
+    return np.full(n * (p if coll == "allgather" else 1), 1.0 if coll == "allgather" else float(p), np.float32)
+
+
+# Compressed, uncompressed through MPI, and small enough to ride the agreement step.
+@pytest.mark.parametrize("codec,n", [("int8", 100_000), ("none", 100_000), ("none", 64)])
+@pytest.mark.parametrize("coll", ["allreduce", "reduce_scatter", "allgather"])
+def test_a_rank_that_never_arrives(timeout, coll, codec, n):
+    fn = getattr(mpicomp, coll)
+    comm = WORLD.Dup()
+    p, r = comm.Get_size(), comm.Get_rank()
+    x = _input(coll, n, p)
+    fn(x, comm=comm, codec=codec)  # the set-up (private duplicate) is MPI's blocking Comm_dup
+    if r != p - 1:  # the last rank skips the call
+        t0 = time.perf_counter()
+        with pytest.raises(mpicomp.CommTimeoutError, match="timeout_s"):
+            fn(x, comm=comm, codec=codec)
+        waited = time.perf_counter() - t0
+        assert 0.9 * TIMEOUT <= waited < TIMEOUT + 10, waited
+        t0 = time.perf_counter()
+        with pytest.raises(mpicomp.CommTimeoutError, match="earlier call"):
+            fn(x, comm=comm, codec=codec)
+        assert time.perf_counter() - t0 < 0.5 * TIMEOUT  # refused at once
+    WORLD.Barrier()
+    comm.Free()
+    fresh = WORLD.Dup()
+    np.testing.assert_allclose(fn(x, comm=fresh, codec=codec), _expected(coll, n, p), rtol=1e-2)
+    fresh.Free()
+
+
+def test_without_a_timeout_a_late_rank_is_waited_for():
+    """The default (0) waits as MPI does: a rank two timeouts late still meets the others."""
+    assert mpicomp.config.timeout_s == 0
+    if WORLD.Get_rank() == WORLD.Get_size() - 1:
+        time.sleep(2 * TIMEOUT)
+    y = mpicomp.allreduce(np.ones(1000, np.float32), comm=WORLD, codec="none")
+    assert (y == WORLD.Get_size()).all()
+
+
+@pytest.mark.parametrize("n", [10, 100_000])
+def test_recv_from_a_rank_that_never_sends(timeout, n):
+    comm = WORLD.Dup()
+    r = comm.Get_rank()
+    x = np.arange(n, dtype=np.float32)
+    if r == 0:
+        with pytest.raises(mpicomp.CommTimeoutError):
+            mpicomp.recv(np.empty(n, np.float32), source=1, comm=comm, codec="int8", tag=3)
+    comm.Barrier()
+    # The cancelled receive took nothing: the next message between the pair is the one sent.
+    if r == 1:
+        mpicomp.send(x, 0, comm=comm, codec="int8", tag=3)
+    elif r == 0:
+        y = mpicomp.recv(np.empty(n, np.float32), source=1, comm=comm, codec="int8", tag=3)
+        np.testing.assert_allclose(y, x, atol=n / 100)
+    comm.Free()
+
+
+def test_timeout_setting_is_checked():
+    for bad in (-1, "5", float("nan"), True):
+        with pytest.raises(mpicomp.ArgumentError, match="timeout_s"):
+            mpicomp.config.timeout_s = bad
