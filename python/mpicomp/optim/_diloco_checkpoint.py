@@ -19,7 +19,7 @@ from ._agree import agree
 
 __all__ = ["FORMAT", "state_dict", "load_state_dict", "save", "load"]
 
-FORMAT = "mpicomp.DiLoCo/1"
+FORMAT = "mpicomp.DiLoCo/2"  # /2: fragments are equal element ranges
 _PLAIN = (type(None), bool, int, float, str)
 
 

@@ -37,23 +37,14 @@ def _number(value, name):
 
 
 def split_fragments(sizes, fragments):
-    """Boundaries [b0=0, b1, ..., bF=len(sizes)] cutting tensors of the given element counts
-    into ``fragments`` contiguous groups of whole tensors, each cut at the tensor boundary
-    nearest to an equal share of the elements (every group keeps at least one tensor)."""
-    n = len(sizes)
-    if fragments > n:
-        raise ArgumentError(f"DiLoCo: fragments={fragments} but the model has only {n} parameter tensors "
-                            f"(a fragment is a group of whole tensors)")
-    cumulative = [0]
-    for s in sizes:
-        cumulative.append(cumulative[-1] + s)
-    bounds = [0]
-    for f in range(1, fragments):
-        target = cumulative[-1] * f / fragments
-        lo, hi = bounds[-1] + 1, n - (fragments - f)
-        bounds.append(min(range(lo, hi + 1), key=lambda i: abs(cumulative[i] - target)))
-    bounds.append(n)
-    return bounds
+    """Element offsets [e0=0, e1, ..., eF=sum(sizes)] cutting the parameters, laid end to end
+    in order (tensors of the given element counts), into ``fragments`` contiguous ranges of
+    equal size (within one element). A cut may fall inside a tensor: the outer optimizer is
+    element-wise, and equal fragments are what make one sync's traffic exactly 1/F."""
+    total = sum(sizes)
+    if fragments > total:
+        raise ArgumentError(f"DiLoCo: fragments={fragments} but the model has only {total} parameter elements")
+    return [total * f // fragments for f in range(fragments + 1)]
 
 
 class DiLoCo:
@@ -75,8 +66,8 @@ class DiLoCo:
     7. The local parameters are set to theta^(t): replicas are bit-identical after every
        outer step, also with lossy codecs.
 
-    Streaming DiLoCo (``fragments`` = F > 1): the parameters are cut into F fragments
-    (contiguous groups of whole tensors, balanced by size); fragment f runs steps 4-7 at the
+    Streaming DiLoCo (``fragments`` = F > 1): the parameters, laid end to end, are cut into F
+    contiguous fragments of equal size (a cut may fall inside a tensor); fragment f runs steps 4-7 at the
     inner steps s with (s - f*H//F) % H == 0, so the outer traffic is spread over the H steps
     instead of one burst, each fragment still synced every H steps.
 
@@ -122,7 +113,8 @@ class DiLoCo:
         outer_steps: fragment syncs taken so far (F per H inner steps).
         bytes_sent: payload bytes this rank sent for outer gradients (what crosses the
             slow link; ``traffic`` counts them too, under ("diloco", "outer")).
-        fragment_bounds: parameter indices [b0, ..., bF]: fragment f is params[b_f:b_f+1].
+        fragment_bounds: element offsets [e0, ..., eF] into the parameters laid end to end
+            (``model.parameters()`` order, each flattened): fragment f is [e_f, e_f+1).
 
     Raises:
         ArgumentError, CodecError: a bad argument (on every rank of comm and inner_comm).
@@ -166,6 +158,9 @@ class DiLoCo:
         self.params = list(model.parameters())
         if not self.params:
             raise ArgumentError("DiLoCo: the model has no parameters")
+        for i, p in enumerate(self.params):
+            if not p.is_contiguous():  # fragments write into flat views of the parameters
+                raise ArgumentError(f"DiLoCo: parameter {i} {tuple(p.shape)} is not contiguous")
         self.sync_every = _positive_int(sync_every, "sync_every")
         self.fragments = _positive_int(fragments, "fragments")
         self.outer_lr = _number(outer_lr, "outer_lr")
@@ -179,6 +174,7 @@ class DiLoCo:
             raise ArgumentError(f"DiLoCo: codec {self.codec.name!r} is an allreduce algorithm for matrices; the "
                                 f"outer gradient is one flat vector per fragment: use a wire codec (int8, int4, ...)")
         self.fragment_bounds = split_fragments([p.numel() for p in self.params], self.fragments)
+        self._pieces = self._cut(self.fragment_bounds)
         # One fp32 host tensor per fragment: the outer optimizer keeps per-fragment state,
         # which for element-wise optimizers (SGD, Adam) equals per-tensor state.
         self.global_params = [torch.nn.Parameter(self._flat_local(f), requires_grad=False)
@@ -214,24 +210,32 @@ class DiLoCo:
                 "shapes": [tuple(p.shape) for p in self.params],
                 "dtypes": [str(p.dtype) for p in self.params]}
 
-    def _fragment(self, f):
-        return self.params[self.fragment_bounds[f]:self.fragment_bounds[f + 1]]
+    def _cut(self, bounds):
+        """For each fragment, its (parameter, start, stop) pieces: flat element ranges."""
+        pieces, offset = [[] for _ in range(self.fragments)], 0
+        for p in self.params:
+            for f in range(self.fragments):
+                start, stop = max(bounds[f], offset), min(bounds[f + 1], offset + p.numel())
+                if start < stop:
+                    pieces[f].append((p, start - offset, stop - offset))
+            offset += p.numel()
+        return pieces
 
     def _flat_local(self, f):
-        return torch.cat([p.detach().reshape(-1).to("cpu", torch.float32) for p in self._fragment(f)])
+        return torch.cat([p.detach().reshape(-1)[a:b].to("cpu", torch.float32) for p, a, b in self._pieces[f]])
 
     def _set_local(self, f, mix=0.0):
         """Step 7 (and 2): the local parameters of fragment f := the global ones, or
         mix * local + (1 - mix) * global after an overlapped sync."""
         flat, offset = self.global_params[f].detach(), 0
         with torch.no_grad():
-            for p in self._fragment(f):
-                g = flat[offset:offset + p.numel()].view_as(p)
+            for p, a, b in self._pieces[f]:
+                local, g = p.view(-1)[a:b], flat[offset:offset + b - a]
                 if mix:
-                    p.lerp_(g.to(p.device, p.dtype), 1.0 - mix)
+                    local.lerp_(g.to(p.device, p.dtype), 1.0 - mix)
                 else:
-                    p.copy_(g)
-                offset += p.numel()
+                    local.copy_(g)
+                offset += b - a
 
     def _broadcast_initial(self):
         for comm in filter(None, (self.comm, self.inner_comm)):

@@ -106,10 +106,8 @@ def test_overlap_applies_each_sync_one_inner_step_late(mix, fragments):
                  overlap=True, overlap_mix=mix)
     local = toy_model()
     local_opt = torch.optim.AdamW(local.parameters(), lr=1e-2)
-    bounds = opt.fragment_bounds
-    params = list(local.parameters())
-    frag = [params[bounds[f]:bounds[f + 1]] for f in range(fragments)]
-    glob = [torch.nn.Parameter(torch.cat([p.detach().reshape(-1) for p in frag[f]])) for f in range(fragments)]
+    bounds = opt.fragment_bounds  # fragment f: elements [b_f, b_f+1) of the flat parameters
+    glob = [torch.nn.Parameter(flat(local)[bounds[f]:bounds[f + 1]].clone()) for f in range(fragments)]
     outer = torch.optim.SGD(glob, lr=0.7, momentum=0.9, nesterov=True)
     pending = []
     for step in range(4 * H):
@@ -121,18 +119,16 @@ def test_overlap_applies_each_sync_one_inner_step_late(mix, fragments):
             glob[f].grad = avg
             outer.step()
             glob[f].grad = None
-            flat_g, o = glob[f].detach(), 0
-            with torch.no_grad():
-                for p in frag[f]:
-                    p.copy_(mix * p + (1 - mix) * flat_g[o:o + p.numel()].view_as(p))
-                    o += p.numel()
+            v = flat(local)
+            v[bounds[f]:bounds[f + 1]] = mix * v[bounds[f]:bounds[f + 1]] + (1 - mix) * glob[f].detach()
+            torch.nn.utils.vector_to_parameters(v, local.parameters())
         pending = []
         s = step + 1
         for f in range(fragments):
             if (s - f * H // fragments) % H == 0:
-                delta = (glob[f].detach() - torch.cat([p.detach().reshape(-1) for p in frag[f]])).double().numpy()
+                delta = (glob[f].detach() - flat(local)[bounds[f]:bounds[f + 1]]).double().numpy()
                 pending.append((f, torch.from_numpy(WORLD.allreduce(delta) / N).float()))
-        torch.testing.assert_close(flat(model), flat(local), rtol=0, atol=2e-6)
+    torch.testing.assert_close(flat(model), flat(local), rtol=0, atol=2e-6)
     assert opt.outer_steps == sum(1 for s in range(1, 4 * H) for f in range(fragments)
                                   if (s - f * H // fragments) % H == 0)
     if mix == 0.0:  # the global parameters taken whole: replicas equal again after each landing
@@ -144,8 +140,10 @@ def test_fragments_cover_every_parameter_once_and_sync_staggered():
     model = toy_model()
     opt = DiLoCo(model, torch.optim.SGD(model.parameters(), lr=0.05), sync_every=H, fragments=Fr)
     b = opt.fragment_bounds
-    assert b[0] == 0 and b[-1] == len(opt.params) and all(x < y for x, y in zip(b, b[1:]))
-    assert sum(g.numel() for g in opt.global_params) == sum(p.numel() for p in model.parameters())
+    total = sum(p.numel() for p in model.parameters())
+    assert b[0] == 0 and b[-1] == total and all(x < y for x, y in zip(b, b[1:]))
+    assert max(y - x for x, y in zip(b, b[1:])) - min(y - x for x, y in zip(b, b[1:])) <= 1  # equal sizes
+    assert [g.numel() for g in opt.global_params] == [y - x for x, y in zip(b, b[1:])]
     synced = {f: [] for f in range(Fr)}
     for step in range(2 * H):
         before = [g.detach().clone() for g in opt.global_params]
@@ -153,7 +151,7 @@ def test_fragments_cover_every_parameter_once_and_sync_staggered():
         s = step + 1
         for f in range(Fr):
             moved = not torch.equal(before[f], opt.global_params[f].detach())
-            frag = torch.cat([p.detach().reshape(-1) for p in opt._fragment(f)])
+            frag = flat(model)[b[f]:b[f + 1]]
             if moved:
                 synced[f].append(s)
                 assert same_on_all_ranks(frag)  # local := global after its outer step
@@ -170,7 +168,8 @@ def test_int4_error_feedback_replicas_bit_identical():
     for step in range(8):
         inner_step(model, opt, step)
         for f in opt.due(step + 1):  # just synced: bit-identical on every rank
-            assert same_on_all_ranks(torch.cat([p.detach().reshape(-1) for p in opt._fragment(f)]))
+            b = opt.fragment_bounds
+            assert same_on_all_ranks(flat(model)[b[f]:b[f + 1]])
     assert all(ef.residual is not None for ef in opt.feedback)
     raw = 4 * sum(p.numel() for p in model.parameters()) * 2 * (N - 1) / N * 4  # 4 syncs per fragment
     assert 0 < opt.bytes_sent < raw / 4  # int4: about 7x fewer bytes than fp32
