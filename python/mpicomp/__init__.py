@@ -10,7 +10,8 @@ from mpi4py import MPI  # noqa: F401
 
 from . import _core
 from .codecs import Codec, available_codecs, codec
-from .collectives import Request, allgather, allreduce, iallreduce, recv, reduce_scatter, send
+from .collectives import (Request, allgather, allreduce, iallgather, iallreduce, ireduce_scatter, recv,
+                          reduce_scatter, send)
 from .config import config
 from .errors import ArgumentError, BackendError, CodecError, CommTimeoutError, MpicompError, ShapeMismatchError
 from .feedback import ErrorFeedback
@@ -20,7 +21,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Codec", "codec", "available_codecs",
-    "allreduce", "reduce_scatter", "allgather", "iallreduce", "Request", "send", "recv",
+    "allreduce", "reduce_scatter", "allgather", "iallreduce", "ireduce_scatter", "iallgather", "Request", "send",
+    "recv",
     "ErrorFeedback", "config", "stats", "reset_stats", "stats_table",
     "MpicompError", "CodecError", "ShapeMismatchError", "BackendError", "ArgumentError", "CommTimeoutError",
 ]

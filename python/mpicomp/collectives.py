@@ -19,10 +19,12 @@ from .codecs import codec as _codec
 from .errors import ArgumentError, BackendError, CodecError, MpicompError, ShapeMismatchError
 from .feedback import ErrorFeedback
 
-__all__ = ["allreduce", "reduce_scatter", "allgather", "iallreduce", "Request", "send", "recv"]
+__all__ = ["allreduce", "reduce_scatter", "allgather", "iallreduce", "ireduce_scatter", "iallgather", "Request", "send",
+           "recv"]
 
 _ALLREDUCE, _REDUCE_SCATTER, _ALLGATHER = 1, 2, 3
 _NAMES = {_ALLREDUCE: "allreduce", _REDUCE_SCATTER: "reduce_scatter", _ALLGATHER: "allgather"}
+_OUT_MODE = {_ALLREDUCE: 0, _REDUCE_SCATTER: 1, _ALLGATHER: 2}  # collective_args: out's size against x's
 _OPS = {"sum": False, "avg": True}
 _MPI_OPS = ("SUM", "MAX", "MIN", "PROD", "LAND", "LOR", "BAND", "BOR", "MAXLOC", "MINLOC")
 
@@ -125,6 +127,15 @@ def _run(coll, pcomm, xptr, yptr, count, dt, c, avg, rptr, stream):
         _core.cuda_collective(*args, stream)
 
 
+def _execute(coll, prepared):
+    """Runs a call _prepare checked; returns its output."""
+    pcomm, out, xptr, yptr, n, dt, c, avg, rptr, stream = prepared
+    if coll == _REDUCE_SCATTER:
+        n //= pcomm.Get_size()  # _run counts out's elements
+    _run(coll, pcomm, xptr, yptr, n, dt, c, avg, rptr, stream)
+    return out
+
+
 def _lowrank(codec):
     """Codec "powersgd": an allreduce algorithm of its own (powersgd.py), not a wire format."""
     return (codec.name if isinstance(codec, Codec) else str(codec)).startswith("powersgd")
@@ -211,9 +222,8 @@ def allreduce(x, comm=MPI.COMM_WORLD, codec=None, op="sum", out=None, error_feed
         return _lowrank_run(comm, x, c, avg, out, error_feedback, dt)
     if error_feedback is None and type(x) is np.ndarray:
         return _numpy(_ALLREDUCE, comm, x, codec, out, op, known)
-    args = _prepare(_ALLREDUCE, comm, x, codec, out, error_feedback, op, 0)
-    _run(_ALLREDUCE, args[0], *args[2:])
-    return args[1]
+    return _execute(_ALLREDUCE, _prepare(_ALLREDUCE, comm, x, codec, out, error_feedback, op,
+                                         _OUT_MODE[_ALLREDUCE]))
 
 
 def reduce_scatter(x, comm=MPI.COMM_WORLD, codec=None, op="sum", out=None, error_feedback=None):
@@ -225,10 +235,8 @@ def reduce_scatter(x, comm=MPI.COMM_WORLD, codec=None, op="sum", out=None, error
         codec = _default_codec(x)
     if error_feedback is None and type(x) is np.ndarray:
         return _numpy(_REDUCE_SCATTER, comm, x, codec, out, op)
-    pcomm, out, xptr, yptr, n, dt, c, avg, rptr, stream = _prepare(_REDUCE_SCATTER, comm, x, codec, out,
-                                                                   error_feedback, op, 1)
-    _run(_REDUCE_SCATTER, pcomm, xptr, yptr, n // pcomm.Get_size(), dt, c, avg, rptr, stream)
-    return out
+    return _execute(_REDUCE_SCATTER, _prepare(_REDUCE_SCATTER, comm, x, codec, out, error_feedback, op,
+                                              _OUT_MODE[_REDUCE_SCATTER]))
 
 
 def allgather(x, comm=MPI.COMM_WORLD, codec=None, out=None, error_feedback=None):
@@ -239,9 +247,8 @@ def allgather(x, comm=MPI.COMM_WORLD, codec=None, out=None, error_feedback=None)
         codec = _default_codec(x)
     if error_feedback is None and type(x) is np.ndarray:
         return _numpy(_ALLGATHER, comm, x, codec, out, "sum")
-    args = _prepare(_ALLGATHER, comm, x, codec, out, error_feedback, "sum", 2)
-    _run(_ALLGATHER, args[0], *args[2:])
-    return args[1]
+    return _execute(_ALLGATHER, _prepare(_ALLGATHER, comm, x, codec, out, error_feedback, "sum",
+                                         _OUT_MODE[_ALLGATHER]))
 
 
 class Request:
@@ -263,18 +270,15 @@ class Request:
         return self._future.done()
 
 
-def iallreduce(x, comm=MPI.COMM_WORLD, codec=None, op="sum", out=None, error_feedback=None):
-    """Non-blocking allreduce: starts it on a worker thread (its own duplicate of comm) and
-    returns a Request at once. All ranks must start their non-blocking collectives on comm
-    in the same order; they run in that order. Arguments are checked here, before it starts.
-
-    Raises BackendError when MPI was initialised below MPI_THREAD_MULTIPLE: MPI calls from
-    the worker thread, while this thread may make its own, are undefined there."""
+def _start(coll, x, comm, codec, op, out, error_feedback):
+    """A non-blocking collective: checked here, run on comm's worker thread (its own
+    duplicate of comm), in the order the calls were started."""
+    name = "i" + _NAMES[coll]
     if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
         levels = {MPI.THREAD_SINGLE: "SINGLE", MPI.THREAD_FUNNELED: "FUNNELED", MPI.THREAD_SERIALIZED: "SERIALIZED"}
-        raise BackendError(f"iallreduce needs MPI_THREAD_MULTIPLE (it runs MPI on a worker thread), but MPI was "
+        raise BackendError(f"{name} needs MPI_THREAD_MULTIPLE (it runs MPI on a worker thread), but MPI was "
                            f"initialised at MPI_THREAD_{levels.get(MPI.Query_thread(), MPI.Query_thread())}: leave "
-                           f"mpi4py.rc.thread_level at 'multiple', or call allreduce")
+                           f"mpi4py.rc.thread_level at 'multiple', or call {_NAMES[coll]}")
     if codec is None:
         codec = _default_codec(x)
     acomm, executor = _comm.worker(comm)
@@ -282,19 +286,39 @@ def iallreduce(x, comm=MPI.COMM_WORLD, codec=None, op="sum", out=None, error_fee
     # A bad argument raises here, at once; the other ranks learn of it from a rejection that
     # runs on the worker, in order: sent from this thread it could meet the agreement step
     # of an earlier call still running there (same communicator, same tag).
-    def tell_in_order(pcomm, coll):
-        executor.submit(_tell_others, pcomm, coll)
+    def tell_in_order(pcomm, c):
+        executor.submit(_tell_others, pcomm, c)
 
-    if _lowrank(codec):
+    if coll == _ALLREDUCE and _lowrank(codec):
         c, avg, out, dt = _lowrank_prepare(acomm, x, codec, out, error_feedback, op, tell_in_order)
         return Request(executor.submit(_lowrank_run, acomm, x, c, avg, out, error_feedback, dt))
-    args = _prepare(_ALLREDUCE, acomm, x, codec, out, error_feedback, op, 0, tell_in_order)
+    prepared = _prepare(coll, acomm, x, codec, out, error_feedback, op, _OUT_MODE[coll], tell_in_order)
 
     def run(keep_alive=x):  # the caller may drop x (a temporary) before this runs
-        _run(_ALLREDUCE, args[0], *args[2:])
-        return args[1]
+        return _execute(coll, prepared)
 
     return Request(executor.submit(run))
+
+
+def iallreduce(x, comm=MPI.COMM_WORLD, codec=None, op="sum", out=None, error_feedback=None):
+    """Non-blocking allreduce: starts it on a worker thread (its own duplicate of comm) and
+    returns a Request at once. All ranks must start their non-blocking collectives on comm
+    in the same order; they run in that order. Arguments are checked here, before it starts.
+
+    Raises BackendError when MPI was initialised below MPI_THREAD_MULTIPLE: MPI calls from
+    the worker thread, while this thread may make its own, are undefined there."""
+    return _start(_ALLREDUCE, x, comm, codec, op, out, error_feedback)
+
+
+def ireduce_scatter(x, comm=MPI.COMM_WORLD, codec=None, op="sum", out=None, error_feedback=None):
+    """Non-blocking reduce_scatter, as iallreduce is to allreduce."""
+    return _start(_REDUCE_SCATTER, x, comm, codec, op, out, error_feedback)
+
+
+def iallgather(x, comm=MPI.COMM_WORLD, codec=None, out=None, error_feedback=None):
+    """Non-blocking allgather, as iallreduce is to allreduce (e.g. AMSP's prefetch of the
+    next module's parameters while this one computes)."""
+    return _start(_ALLGATHER, x, comm, codec, "sum", out, error_feedback)
 
 
 def _p2p_args(buf, codec, name, comm, peer, peer_name):

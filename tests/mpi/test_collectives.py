@@ -234,6 +234,28 @@ def test_iallreduce_overlaps_and_matches_allreduce(compress_small):
         assert identical_everywhere(WORLD, r.wait())
 
 
+@pytest.mark.parametrize("codec", ["none", "int8"])
+def test_ireduce_scatter_and_iallgather_equal_their_blocking_forms(compress_small, codec):
+    """Started together (they run in order on the worker), each gives the blocking form's
+    bytes, into out= or a new array, numpy and torch alike."""
+    torch = pytest.importorskip("torch")
+    p = WORLD.Get_size()
+    x, _ = inputs(WORLD, 30_000 * p, seed=11)
+    part = x[:30_000].copy()
+    want_rs = mpicomp.reduce_scatter(x, codec=codec, op="avg")
+    want_ag = mpicomp.allgather(part, codec=codec)
+    out = torch.empty(30_000 * p)
+    reqs = [mpicomp.ireduce_scatter(x, codec=codec, op="avg"), mpicomp.iallgather(part, codec=codec),
+            mpicomp.iallgather(torch.from_numpy(part), codec=codec, out=out)]
+    rs, ag, ag_torch = (r.wait() for r in reqs)
+    np.testing.assert_array_equal(rs, want_rs)
+    np.testing.assert_array_equal(ag, want_ag)
+    assert ag_torch is out
+    np.testing.assert_array_equal(out.numpy(), want_ag)
+    with pytest.raises(mpicomp.ArgumentError, match="op"):  # checked at the start, every rank alike
+        mpicomp.ireduce_scatter(x, codec=codec, op="max")
+
+
 @pytest.mark.parametrize("n,name", [(10, "int8"), (200_000, "int4"), (200_000, "none")])
 def test_send_recv(n, name):
     if WORLD.size == 1:
