@@ -6,6 +6,9 @@ bench/results/amsp-partitions-NAME.{json,md}.
 
     bench/amsp_partitions.py NAME [--np 4] [--ranks-per-node 2] [--netem 1gbit] -- TRAIN_GPT_FLAGS...
 
+Partitions with s_p > 1 run twice, with and without prefetching the next module's
+parameter gather (AMSP's prefetch), side by side.
+
 --netem RATE runs every training under bench/netem --ranks-per-node (links between the
 emulated nodes at RATE, inside a node unshaped) and adds the planner's pick for that link
 (amsp.plan with this model's size, fp32 parameters, gradients and Adam state, and
@@ -56,14 +59,18 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         ddp = train(args, flags, ["--optimizer", "adamw"], tmp, "adamw")
         for shard in valid_partitions(args.np, args.ranks_per_node):
-            log = train(args, flags, ["--optimizer", "amsp", "--shard", ",".join(map(str, shard)),
-                                      "--ranks-per-node", str(args.ranks_per_node)], tmp, f"amsp-{shard}")
+            amsp_flags = ["--optimizer", "amsp", "--shard", ",".join(map(str, shard)), "--ranks-per-node",
+                          str(args.ranks_per_node)]
+            log = train(args, flags, amsp_flags, tmp, f"amsp-{shard}")
             diff = max(abs(a["loss"] - b["loss"]) for a, b in zip(log["steps"], ddp["steps"]))
             mem = log["memory"]
             ratio = {k: max(m[k] / m["formula"][k] for m in mem) for k in ("params", "grads", "optimizer")}
             rows.append({"shard": shard, "max_loss_diff": diff, "final_loss": log["final_loss"],
                          "seconds_per_step": log["seconds_per_step"], "wire_bytes_per_step": log["wire_bytes_per_step"],
-                         "memory": mem, "measured_over_formula": ratio})
+                         "memory": mem, "measured_over_formula": ratio, "seconds_per_step_no_prefetch": None})
+            if shard[0] > 1:
+                off = train(args, flags, amsp_flags + ["--amsp-prefetch", "off"], tmp, f"amsp-{shard}-off")
+                rows[-1]["seconds_per_step_no_prefetch"] = off["seconds_per_step"]
     out = ROOT / "bench" / "results" / f"amsp-partitions-{args.name}"
     summary = {"command": " ".join(sys.argv), "np": args.np, "ranks_per_node": args.ranks_per_node,
                "netem": args.netem, "ddp_final_loss": ddp["final_loss"], "ddp_seconds_per_step": ddp["seconds_per_step"],
@@ -85,11 +92,14 @@ def main():
     lines = [f"`{summary['command']}`", "",
              f"DDP (replicated AdamW, allreduce): final loss {ddp['final_loss']:.6f}, "
              f"{ddp['seconds_per_step'] * 1e3:.1f} ms/step, {ddp['wire_bytes_per_step'] / 1e6:.3f} MB/step", "",
-             "| (s_p, s_g, s_os) | max abs loss diff vs DDP | ms/step | MB sent/step (all ranks) | "
-             "measured / formula: params, grads, optimizer (worst rank) |", "|---|---|---|---|---|"]
+             "| (s_p, s_g, s_os) | max abs loss diff vs DDP | ms/step | ms/step without prefetch | "
+             "MB sent/step (all ranks) | measured / formula: params, grads, optimizer (worst rank) |",
+             "|---|---|---|---|---|---|"]
     for r in rows:
         m = r["measured_over_formula"]
+        off = r["seconds_per_step_no_prefetch"]
         lines.append(f"| {tuple(r['shard'])} | {r['max_loss_diff']:.2e} | {r['seconds_per_step'] * 1e3:.1f} | "
+                     f"{'' if off is None else f'{off * 1e3:.1f}'} | "
                      f"{r['wire_bytes_per_step'] / 1e6:.3f} | "
                      f"{m['params']:.3f}, {m['grads']:.3f}, {m['optimizer']:.3f} |")
     if pick_line:

@@ -70,6 +70,8 @@ def parse_args(argv=None):
                    metavar="S_P,S_G,S_OS", help="amsp: the partition (default 1,1,dp)")
     p.add_argument("--ranks-per-node", type=int, default=None, help="amsp: ranks per node (default: MPI's)")
     p.add_argument("--amsp-codec", default="none", help="amsp: codec of the collectives between nodes")
+    p.add_argument("--amsp-prefetch", choices=("on", "off"), default="on",
+                   help="amsp: start the next module's parameter gather while this one computes (s_p > 1)")
     p.add_argument("--sync-every", type=int, default=50, help="diloco: H, inner steps per outer step")
     p.add_argument("--outer-codec", default="none", help="diloco: codec of the outer gradients (none, bf16, int8, int4)")
     p.add_argument("--outer-lr", type=float, default=0.7, help="diloco: outer Nesterov SGD learning rate")
@@ -239,7 +241,7 @@ class Trainer:
         elif args.optimizer == "amsp":
             self.opt = AMSP(model, torch.optim.AdamW, shard=args.shard or (1, 1, mesh.dp_size), comm=mesh.dp,
                             ranks_per_node=args.ranks_per_node, codec={"intra": "none", "inter": args.amsp_codec},
-                            lr=args.lr, weight_decay=0.0)
+                            prefetch=args.amsp_prefetch == "on", lr=args.lr, weight_decay=0.0)
         elif args.optimizer == "diloco":
             self.opt = self._diloco(args, mesh, model)
         elif args.optimizer == "zero1":

@@ -46,6 +46,7 @@ def frozen():
     (lambda: AMSP(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2).double()), torch.optim.AdamW,
                   (1, 1, 1)), "one dtype"),
     (lambda: AMSP(tied(), torch.optim.AdamW, (1, 1, 1)), "tied weights"),
+    (lambda: AMSP(toy_model(), torch.optim.AdamW, (1, 1, 1), prefetch="yes"), "prefetch must be a bool"),
     (lambda: AMSP(frozen(), torch.optim.AdamW, (1, 1, 1)), "does not require grad"),
 ])
 def test_bad_arguments(make, match):

@@ -188,6 +188,14 @@ def test_models_that_differ_between_ranks():
         AMSP(toy_model(seed=RANK % 2), torch.optim.AdamW, shard=(1, 1, N))
 
 
+def test_prefetch_that_differs_between_ranks():
+    """Prefetched gathers run on another communicator than waited ones: the ranks must agree."""
+    if N == 1:
+        pytest.skip("needs two ranks")
+    with pytest.raises(mpicomp.ShapeMismatchError, match="prefetch"):
+        AMSP(toy_model(), torch.optim.AdamW, shard=(N, N, N), prefetch=RANK == 0)
+
+
 def test_checkpoint_moves_between_partitions_and_zero1():
     """Saved under one partition, loaded under another and into ZeRO1 on one rank: the next
     steps equal torch's AdamW continuing from the same state."""
@@ -303,3 +311,39 @@ def test_mixed_precision_is_the_papers_memory_model(shard):
                                                                12 * padded // s_os + 4)
     assert opt.full_parameters().dtype == torch.bfloat16
     torch.testing.assert_close(opt.full_parameters().float(), exact_opt.full_parameters(), rtol=0, atol=0.03)
+
+
+@pytest.mark.parametrize("prefetch", [True, False])
+def test_the_next_modules_gather_travels_while_one_computes(monkeypatch, prefetch):
+    """s_p = N: from the second step on (the first records the order), every module's gather
+    but the first forward one is started ahead (iallgather) while the module before it
+    computes; when a module's forward runs, the next one is already reserved, and no more
+    than two modules hold their parameters at once. Training still equals torch's. With
+    prefetch=False every gather waits for its module, one module held at a time."""
+    def deep():
+        torch.manual_seed(3)
+        return torch.nn.Sequential(torch.nn.Linear(6, 7), torch.nn.Tanh(), torch.nn.Linear(7, 7), torch.nn.Tanh(),
+                                   torch.nn.Linear(7, 7), torch.nn.Tanh(), torch.nn.Linear(7, 3))
+    model, ref = deep(), deep()
+    opt = AMSP(model, torch.optim.SGD, shard=(N, N, N), lr=0.1, prefetch=prefetch)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    started = []
+    real = mpicomp.iallgather
+    monkeypatch.setattr(mpicomp, "iallgather", lambda *a, **k: started.append(1) or real(*a, **k))
+    held = []
+    for i, u in enumerate(opt.units):  # after AMSP's own pre-hook: its gather and prefetch are done
+        u.module.register_forward_pre_hook(lambda m, a, i=i: held.append((i, [v.gathered for v in opt.units])))
+    U = len(opt.units)
+    for step in range(3):
+        started.clear()
+        held.clear()
+        amsp_step(model, opt, step)
+        reference_step(ref, ref_opt, step)
+        torch.testing.assert_close(opt.full_parameters(), flat(ref), rtol=1e-5, atol=1e-6)
+        # forward: units 1..U-1; the backward's first unit after the forward; backward: U-1
+        assert len(started) == (0 if step == 0 or not prefetch else 2 * U - 1), (step, len(started))
+        for i, gathered in held:
+            assert sum(gathered) <= (2 if prefetch else 1)
+            if prefetch and step > 0 and i + 1 < U:
+                assert gathered[i + 1], f"step {step}: module {i + 1} not prefetched during module {i}"
+    assert not opt._inflight and all(u.held_bytes() == 0 for u in opt.units)

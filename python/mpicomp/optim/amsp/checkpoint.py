@@ -82,6 +82,7 @@ def load_state_dict(opt, sd):
           lambda c: f"a checkpoint with checksum {c}")
     s_p, _, s_os = opt.shard
     dev = opt.master.device
+    opt._drain()  # no prefetch may read the parameter shard while it changes
     with torch.no_grad():
         opt.master.copy_(_slices(opt, sd["master"], s_os, opt.groups.index["os"]))
         opt.p_shard.copy_(_slices(opt, sd["master"], s_p, opt.groups.index["param"]))

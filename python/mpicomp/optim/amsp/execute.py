@@ -27,7 +27,11 @@ class AMSP(torch.optim.Optimizer):
 
     1. forward and backward of each module that owns parameters: with s_p > 1 its
        parameters are allgathered over its parameter group before its forward and again
-       before its backward, and released after each;
+       before its backward, and released after each. The gather of the module that runs
+       next is started (mpicomp.iallgather) as soon as this one's parameters are in, so it
+       travels while this module computes: the order is the one the previous forward and
+       backward passes ran in (as PyTorch FSDP's prefetch records it); where a pass departs
+       from it, prefetching stops until the next pass;
     2. when a module's gradients are complete, they are reduce-scattered (op "avg") over the
        gradient group into this rank's gradient shard (summed over micro-batches until
        ``zero_grad``) and the full gradients are dropped;
@@ -60,6 +64,9 @@ class AMSP(torch.optim.Optimizer):
             reduce-scatter of each module, the state reduce-scatter, the replica allreduce),
             carry what it dropped into the next step's gradients, one residual per
             collective and module (mpicomp.ErrorFeedback). Residuals are not checkpointed.
+        prefetch: with s_p > 1, start the next module's gather while this one computes
+            (step 1). It holds one more module's parameters at a time; False gathers each
+            module only when it runs (the memory of one module at a time).
         **opt_kwargs: passed to ``optimizer_class``.
 
     Attributes:
@@ -74,7 +81,7 @@ class AMSP(torch.optim.Optimizer):
     """
 
     def __init__(self, model, optimizer_class, shard, comm=MPI.COMM_WORLD, ranks_per_node=None, codec="none",
-                 error_feedback=False, **opt_kwargs):
+                 error_feedback=False, prefetch=True, **opt_kwargs):
         who = "AMSP"
         if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
             raise ArgumentError(f"{who}: comm must be an mpi4py intra-communicator (e.g. mesh.dp), got {comm!r}")
@@ -98,8 +105,9 @@ class AMSP(torch.optim.Optimizer):
             self.ranks_per_node = check_ranks_per_node(ranks_per_node, world, who)
             self.shard = check_partition(shard, world, self.ranks_per_node, who)
             self.codecs = _codecs(codec, who)
-            if not isinstance(error_feedback, bool):
-                raise ArgumentError(f"{who}: error_feedback must be a bool, got {error_feedback!r}")
+            for name, flag in (("error_feedback", error_feedback), ("prefetch", prefetch)):
+                if not isinstance(flag, bool):
+                    raise ArgumentError(f"{who}: {name} must be a bool, got {flag!r}")
             build_optimizer(optimizer_class, groups, [torch.zeros(1)], opt_kwargs)  # the class takes them?
             crc = 0
             for p in groups[0]["params"]:
@@ -107,7 +115,7 @@ class AMSP(torch.optim.Optimizer):
             signature = (f"{optimizer_class.__module__}.{optimizer_class.__qualname__}",
                          [(tuple(p.shape), str(p.dtype)) for p in groups[0]["params"]], crc,
                          sorted((k, repr(v)) for k, v in opt_kwargs.items()), self.shard, self.ranks_per_node,
-                         sorted(self.codecs.items()), error_feedback)
+                         sorted(self.codecs.items()), error_feedback, prefetch)
         except MpicompError as e:
             error = e
         agree(self._meta, who, error, signature, _describe)
@@ -118,7 +126,7 @@ class AMSP(torch.optim.Optimizer):
         self.comms = {g: comm.Split(self.groups.color[g], self.groups.key[g]) for g in GROUPS}
         self.wire = {g: self.codecs["inter" if self.groups.spans_nodes(g, self.ranks_per_node) else "intra"]
                      for g in GROUPS}
-        self.error_feedback, self._feedback = error_feedback, {}
+        self.error_feedback, self._feedback, self.prefetch = error_feedback, {}, prefetch
         s_p, s_g, s_os = self.shard
         self.units = make_units(model, s_os, sharded=s_p > 1)
         for i, u in enumerate(self.units):
@@ -142,22 +150,62 @@ class AMSP(torch.optim.Optimizer):
                 u.release()
         self.inner = build_optimizer(optimizer_class, self.param_groups, [self.master], opt_kwargs)
         self.param_groups[0].update({k: v for k, v in self.inner.param_groups[0].items() if k != "params"})
-        self.hooks = Hooks(self.units, self._gather, self._reduce_scatter)
+        # Prefetch (step 1): gathers by phase in the last complete pass, and in this one so far.
+        self._order, self._seen, self._phase = {"forward": [], "backward": []}, {"forward": [], "backward": []}, None
+        self._inflight = {}  # unit index -> the Request of its prefetched gather
+        self.hooks = Hooks(self.units, self._gather, self._forwarded, self._reduce_scatter)
         self._waited = 0.0  # seconds in collectives since the last step
         self.stats = {"comm_wait_s": 0.0}
 
     # -- the step --------------------------------------------------------------------
 
-    def _gather(self, unit):
-        """Step 1: the unit's parameters from the parameter group's shards."""
-        if unit.gathered:
+    def _gather(self, unit, phase):
+        """Step 1: the unit's parameters from the parameter group's shards (waiting for its
+        prefetch if one is under way); then the prefetch of the next unit of this phase."""
+        if phase != self._phase:  # a new pass: the one before it is the order to follow
+            if self._phase is not None and self._seen[self._phase]:
+                self._order[self._phase] = self._seen[self._phase]
+            self._seen[phase], self._phase = [], phase
+        seen = self._seen[phase]
+        seen.append(unit.index)
+        request = self._inflight.pop(unit.index, None)
+        if request is not None or not unit.gathered:
+            start = time.perf_counter()
+            if request is not None:
+                request.wait()
+            else:
+                unit.reserve()
+                mpicomp.allgather(self._p_slice(unit), comm=self.comms["param"], codec=self.wire["param"],
+                                  out=unit.full)
+            self._waited += time.perf_counter() - start
+        order = self._order[phase]
+        if self.prefetch and len(seen) < len(order) and order[:len(seen)] == seen:  # on the recorded path
+            self._prefetch(order[len(seen)])
+
+    def _forwarded(self, unit):
+        """After the last unit of a forward pass that a backward may follow: prefetch the
+        unit the backward starts with (in a transformer, the one just released)."""
+        order, seen = self._order["forward"], self._seen["forward"]
+        if self.prefetch and self._phase == "forward" and seen == order and self._order["backward"]:
+            self._prefetch(self._order["backward"][0])
+
+    def _prefetch(self, i):
+        unit = self.units[i]
+        if i in self._inflight or unit.gathered:
             return
         unit.reserve()
-        i = unit.index
-        start = time.perf_counter()
-        mpicomp.allgather(self.p_shard[self._p_at[i]:self._p_at[i + 1]], comm=self.comms["param"],
-                          codec=self.wire["param"], out=unit.full)
-        self._waited += time.perf_counter() - start
+        self._inflight[i] = mpicomp.iallgather(self._p_slice(unit), comm=self.comms["param"],
+                                               codec=self.wire["param"], out=unit.full)
+
+    def _drain(self):
+        """Completes the prefetches under way (before the parameter shards change)."""
+        for i, request in self._inflight.items():
+            request.wait()
+            self.units[i].release()
+        self._inflight = {}
+
+    def _p_slice(self, unit):
+        return self.p_shard[self._p_at[unit.index]:self._p_at[unit.index + 1]]
 
     @torch.no_grad()
     def _reduce_scatter(self, unit):
@@ -228,6 +276,7 @@ class AMSP(torch.optim.Optimizer):
     def _redistribute(self):
         """Step 5: the update group's master shards, in order, make this rank's parameter
         shard; each unit's piece of it is the unit's slices of every member's shard."""
+        self._drain()
         update = self.comms["update"]
         mine = self.master.to(self.p_shard.dtype)
         rows = mine.view(1, -1)
@@ -322,6 +371,7 @@ def _codecs(codec, who):
 def _describe(sig):
     if sig is None:
         return "no signature"
-    cls, shapes, crc, kwargs, shard, rpn, codecs, feedback = sig
+    cls, shapes, crc, kwargs, shard, rpn, codecs, feedback, prefetch = sig
     return (f"{cls} over {len(shapes)} tensors (shapes {[s for s, _ in shapes][:6]}..., values crc {crc}), kwargs "
-            f"{dict(kwargs)}, shard {shard}, ranks_per_node {rpn}, codecs {dict(codecs)}, error_feedback {feedback}")
+            f"{dict(kwargs)}, shard {shard}, ranks_per_node {rpn}, codecs {dict(codecs)}, error_feedback {feedback}, "
+            f"prefetch {prefetch}")

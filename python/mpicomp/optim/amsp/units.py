@@ -99,15 +99,18 @@ def make_units(model, s_os, sharded):
 class Hooks:
     """The module and tensor hooks of sharded parameters (s_p > 1) and of gradient arrival.
 
-    gather(unit): fills ``unit.full`` from the shards; grad_done(unit): the unit's
-    gradients of this backward pass are all in ``.grad``."""
+    gather(unit, phase): fills ``unit.full`` from the shards before its "forward" or its
+    "backward"; forwarded(unit): its forward is done and its memory released (with grad
+    enabled: a backward may follow); grad_done(unit): the unit's gradients of this backward
+    pass are all in ``.grad``."""
 
-    def __init__(self, units, gather, grad_done):
+    def __init__(self, units, gather, forwarded, grad_done):
         self.handles = []
-        self._gather, self._grad_done = gather, grad_done
+        self._gather, self._forwarded, self._grad_done = gather, forwarded, grad_done
         for u in units:
             if u.sharded:
-                self.handles.append(u.module.register_forward_pre_hook(lambda m, a, u=u: self._gather(u)))
+                pre = u.module.register_forward_pre_hook(lambda m, a, u=u: self._gather(u, "forward"))
+                self.handles.append(pre)
                 self.handles.append(u.module.register_forward_hook(lambda m, a, out, u=u: self._after_forward(u, out)))
             for p in u.params:
                 self.handles.append(p.register_post_accumulate_grad_hook(lambda p, u=u: self._arrived(u)))
@@ -119,7 +122,8 @@ class Hooks:
             # gather the parameters again then.
             for t in _tensors(out):
                 if t.requires_grad:
-                    t.register_hook(lambda g, u=unit: self._gather(u))
+                    t.register_hook(lambda g, u=unit: self._gather(u, "backward"))
+            self._forwarded(unit)
 
     def _arrived(self, unit):
         unit.ready += 1
