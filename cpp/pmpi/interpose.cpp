@@ -19,6 +19,7 @@
 #include "../coll/deadline.h"
 #include "../coll/mpi_util.h"
 #include "../coll/stats.h"
+#include "agree.h"
 #include "async.h"
 #include "residuals.h"
 #include "settings.h"
@@ -76,10 +77,12 @@ int comm_size(MPI_Comm comm) {
 }
 
 // What to do with one call: the core's collective with these arguments, or the MPI library's
-// own function untouched, for the reason `why`.
+// own function untouched, for the reason `why`, or neither: an error, because the ranks'
+// settings differ (agree.h).
 struct Decision {
   std::optional<CollArgs> args;
   Skip why = Skip::off;
+  bool refused = false;
 };
 
 Decision pass(Skip why) { return Decision{std::nullopt, why}; }
@@ -88,13 +91,16 @@ Decision decide(Coll coll, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm
   const auto& codec = g_settings.codec[int(coll)];
   DType t;
   int inter = 0;
-  if (!g_active || !codec) return pass(Skip::off);
+  if (!g_active) return pass(Skip::off);
+  if (comm == MPI_COMM_NULL || PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter)
+    return pass(Skip::intercomm);
+  // Before anything that a rank's settings decide: they must be the same on every rank.
+  if (!settings_agree(comm, g_settings)) return Decision{std::nullopt, Skip::off, true};
+  if (!codec) return pass(Skip::off);
   // Allgather has no op (its callers pass MPI_OP_NULL); a reduction with any op but MPI_SUM,
   // MPI_OP_NULL included, goes to MPI, which sums it or raises its own error.
   if (coll != Coll::allgather && op != MPI_SUM) return pass(Skip::op);
   if (!float_type(dt, t) || !(g_settings.dtypes & Settings::dtype_bit(t))) return pass(Skip::datatype);
-  if (comm == MPI_COMM_NULL || PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter)
-    return pass(Skip::intercomm);
   if (count <= 0 || size_t(count) * dtype_size(t) < g_settings.min_bytes) return pass(Skip::small);
   // Every rank reaches this with the same arguments, so all ask (a collective on the
   // communicator's first use) and all decide alike.
@@ -117,6 +123,12 @@ int guarded(MPI_Comm comm, F&& body) {
     return PMPI_Comm_call_errhandler(comm, MPI_ERR_OTHER), MPI_ERR_OTHER;
   }
   return MPI_SUCCESS;
+}
+
+// A call on a communicator whose ranks' settings differ: an MPI error, as MPI reports its own.
+int refuse(MPI_Comm comm) {
+  PMPI_Comm_call_errhandler(comm, MPI_ERR_OTHER);
+  return MPI_ERR_OTHER;
 }
 
 // Hands a call to the MPI library, counting it under its reason when anyone will look.
@@ -143,6 +155,7 @@ int type_size(MPI_Datatype t) {
 template <class F>
 int allreduce(const void* x, void* y, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm, F&& mpi) {
   auto d = decide(Coll::allreduce, count, dt, op, comm);
+  if (d.refused) return refuse(comm);
   if (!d.args) return passthrough(Coll::allreduce, d.why, comm, double(count) * type_size(dt), mpi);
   if (x == MPI_IN_PLACE) x = y;
   return guarded(comm, [&] {
@@ -156,6 +169,7 @@ template <class F>
 int reduce_scatter_block(const void* x, void* y, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm,
                          F&& mpi) {
   auto d = decide(Coll::reduce_scatter, count, dt, op, comm);
+  if (d.refused) return refuse(comm);
   int p = comm_size(comm);
   if (!d.args) return passthrough(Coll::reduce_scatter, d.why, comm, double(count) * p * type_size(dt), mpi);
   // In place: the input is the receive buffer (size * count elements).
@@ -174,8 +188,10 @@ int reduce_scatter_block(const void* x, void* y, MPI_Count count, MPI_Datatype d
 template <class F>
 int allgather(const void* x, MPI_Count sc, MPI_Datatype st, void* y, MPI_Count rc, MPI_Datatype rt, MPI_Comm comm,
               F&& mpi) {
-  bool same = x == MPI_IN_PLACE || (sc == rc && st == rt);
-  auto d = same ? decide(Coll::allgather, rc, rt, MPI_OP_NULL, comm) : pass(Skip::datatype);
+  // Decided (and the settings agreed) whatever the types: another rank may pass equal ones.
+  auto d = decide(Coll::allgather, rc, rt, MPI_OP_NULL, comm);
+  if (d.refused) return refuse(comm);
+  if (d.args && !(x == MPI_IN_PLACE || (sc == rc && st == rt))) d = pass(Skip::datatype);
   int p = comm_size(comm);
   if (!d.args) return passthrough(Coll::allgather, d.why, comm, double(rc) * type_size(rt), mpi);
   std::vector<char> copy;
@@ -196,7 +212,9 @@ int allgather(const void* x, MPI_Count sc, MPI_Datatype st, void* y, MPI_Count r
 template <class F>
 int iallreduce(const void* x, void* y, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm, MPI_Request* req,
                F&& mpi) {
-  auto d = g_threads ? decide(Coll::allreduce, count, dt, op, comm) : pass(Skip::threads);
+  auto d = decide(Coll::allreduce, count, dt, op, comm);
+  if (d.refused) return refuse(comm);
+  if (d.args && !g_threads) d = pass(Skip::threads);
   if (!d.args)  // the request completes later: counted at its start, without a time
     return passthrough(Coll::allreduce, d.why, comm, double(count) * type_size(dt), mpi);
   if (x == MPI_IN_PLACE) x = y;
