@@ -1,19 +1,27 @@
-"""DiLoCo against data-parallel training on the same tokens: final loss and bytes sent.
+"""DiLoCo against data-parallel training on the example GPT, same seed and tokens: held-out
+loss, training loss and bytes sent.
 
-    mpiexec -n 4 python bench/diloco_compare.py --steps 300 --out bench/results
+    mpiexec -n 4 python bench/diloco_compare.py --pretrain 500 --steps 2000 --out bench/results
 
-Every worker trains a small byte-level language model (embedding of the last --context
-bytes, a 2-layer MLP, next-byte logits) on the Python standard library's sources (the
-corpus of examples/train_gpt.py), with its own batches. Runs, same seed and tokens:
-"ddp" (gradients averaged every step, AdamW), DiLoCo with H = 10 and 50 (inner AdamW,
-outer Nesterov SGD lr 0.7 momentum 0.9, codec none), H = 200, DiLoCo H = 50 with outer codecs
-bf16, int8, int4 (int4 with error feedback), and Streaming DiLoCo at H = 50 with 4 fragments,
-without and with overlap. Loss: mean over ranks of the last 20 steps'
-training loss, plus the loss of rank 0's model on a held-out slice at the end. Bytes:
-payload this rank sent (mpicomp.torch.traffic's count). One JSON file per run.
+Every worker trains examples/train_gpt.py's model (byte-level GPT, --layers blocks of
+--width) on its own batches of the Python standard library's sources (train_gpt's corpus and
+batches). As in the DiLoCo paper (Douillard et al., arXiv 2311.08105, section 3: every run
+starts from one model pretrained with synchronous training), all runs start from the same
+--pretrain steps of data-parallel AdamW, model and AdamW state; --pretrain 0 starts them
+from the random initialisation. Runs: "ddp" (gradients averaged every step, AdamW), DiLoCo
+with H = 10, 50 and 200 (inner AdamW, outer Nesterov SGD lr --outer-lr, momentum 0.9, codec
+none), H = 50 with outer codecs bf16, int8 and int4 (int4 with error feedback), and
+Streaming DiLoCo at H = 50 with 4 fragments, without and with overlap.
+
+Held-out loss: rank 0's model after the last step, on --eval sequences from bytes outside
+the training slice (the paper's measure: evaluation loss of the final model). Training
+loss: the mean over ranks of the last 50 steps. Bytes: payload rank 0 sent
+(mpicomp.torch.traffic's count), in all and at most in one step. One JSON file per run,
+diloco-gpt-<run>.json, and diloco-gpt-runs.png (loss against steps and against bytes).
 """
 
 import argparse
+import copy
 import json
 import os
 import sys
@@ -22,7 +30,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from mpi4py import MPI
 
 import mpicomp
@@ -30,7 +37,7 @@ import mpicomp.torch as mt
 from mpicomp.optim import DiLoCo
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-from train_gpt import load_corpus  # noqa: E402
+from train_gpt import Stage, batch, cross_entropy, load_corpus  # noqa: E402
 
 WORLD = MPI.COMM_WORLD
 # name: (H, outer codec, fragments, overlap); None: DDP
@@ -39,60 +46,73 @@ RUNS = {"ddp": None, "h10": (10, "none", 1, False), "h50": (50, "none", 1, False
         "h50-f4": (50, "none", 4, False), "h50-f4-overlap": (50, "none", 4, True)}
 
 
-def model(args):
-    torch.manual_seed(args.seed)
-    return torch.nn.Sequential(torch.nn.Embedding(256, 32), torch.nn.Flatten(),
-                               torch.nn.Linear(32 * args.context, args.hidden), torch.nn.GELU(),
-                               torch.nn.Linear(args.hidden, args.hidden), torch.nn.GELU(),
-                               torch.nn.Linear(args.hidden, 256))
+def gpt(args):
+    """train_gpt's model, whole on every rank (data parallel only)."""
+    return Stage(args, mt.Mesh(dp=WORLD.Get_size(), comm=WORLD), mt.Policy.preset("none"))
 
 
-def batch(data, args, step, rank):
-    rng = np.random.default_rng([args.seed, step, rank])
-    starts = rng.integers(0, data.size - args.context - 1, size=args.batch)
-    rows = torch.from_numpy(np.stack([data[s:s + args.context + 1] for s in starts]).astype(np.int64))
-    return rows[:, :-1], rows[:, -1]
+def ddp_step(net, opt, data, args, step):
+    inputs, targets = batch(data, args, step, WORLD.Get_rank())
+    opt.zero_grad()
+    loss = cross_entropy(net(inputs), targets)
+    loss.backward()
+    return loss
 
 
-def run(name, data, held_out, args):
-    net = model(args)
+def pretrain(data, args):
+    """--pretrain steps of data-parallel AdamW from the seed: the model and optimizer state
+    every run starts from."""
+    net = gpt(args)
+    opt = torch.optim.AdamW(net.parameters(), lr=args.lr, weight_decay=0.1)
+    for step in range(args.pretrain):
+        ddp_step(net, opt, data, args, step)
+        mt.allreduce_gradients(net, comm=WORLD, codec="none")
+        opt.step()
+    return net.state_dict(), opt.state_dict()
+
+
+def evaluate(net, held_out, args):
+    starts = np.linspace(0, held_out.size - args.context - 1, args.eval).astype(np.int64)
+    rows = torch.from_numpy(np.stack([held_out[s:s + args.context + 1] for s in starts]).astype(np.int64))
+    with torch.no_grad():
+        return cross_entropy(net(rows[:, :-1]), rows[:, 1:]).item()
+
+
+def run(name, start, data, held_out, args):
+    net = gpt(args)
+    net.load_state_dict(start[0])
     inner = torch.optim.AdamW(net.parameters(), lr=args.lr, weight_decay=0.1)
+    inner.load_state_dict(copy.deepcopy(start[1]))
     mt.traffic.reset()
     if RUNS[name] is None:
         opt = inner
     else:
         h, codec, fragments, overlap = RUNS[name]
-        opt = DiLoCo(net, inner, comm=WORLD, sync_every=h, codec=codec, error_feedback=codec == "int4",
-                     fragments=fragments, overlap=overlap)
-    losses, step_bytes, start = [], [], time.perf_counter()
-    for step in range(args.steps):
-        x, y = batch(data, args, step, WORLD.Get_rank())
-        opt.zero_grad()
-        loss = F.cross_entropy(net(x), y)
-        loss.backward()
+        opt = DiLoCo(net, inner, comm=WORLD, sync_every=h, outer_lr=args.outer_lr, codec=codec,
+                     error_feedback=codec == "int4", fragments=fragments, overlap=overlap)
+    losses, step_bytes, begin = [], [], time.perf_counter()
+    for step in range(args.pretrain, args.pretrain + args.steps):
+        loss = ddp_step(net, opt, data, args, step)
         before = mt.traffic.total()
         if opt is inner:
             mt.allreduce_gradients(net, comm=WORLD, codec="none")
         opt.step()
         step_bytes.append(mt.traffic.total() - before)
         losses.append(loss.item())
-    seconds = time.perf_counter() - start
-    with torch.no_grad():
-        x = torch.from_numpy(np.stack([held_out[s:s + args.context] for s in range(0, 4000, 4)]).astype(np.int64))
-        y = torch.from_numpy(held_out[args.context:4000 + args.context:4].astype(np.int64))
-        held = F.cross_entropy(net(x), y).item()
-    train = WORLD.allreduce(float(np.mean(losses[-20:]))) / WORLD.Get_size()
+    seconds = time.perf_counter() - begin
     h, codec, fragments, overlap = RUNS[name] or (None, None, None, None)
-    return {"run": name, "workers": WORLD.Get_size(), "steps": args.steps, "sync_every": h, "codec": codec,
-            "fragments": fragments, "overlap": overlap, "train_loss_last20": train, "held_out_loss": held,
-            "bytes_sent_rank0": mt.traffic.total(), "peak_bytes_per_step_rank0": max(step_bytes),
-            "loss_per_step_rank0": losses, "bytes_per_step_rank0": step_bytes, "seconds": seconds,
+    return {"run": name, "workers": WORLD.Get_size(), "pretrain_steps": args.pretrain, "steps": args.steps,
+            "sync_every": h, "codec": codec, "fragments": fragments, "overlap": overlap,
+            "outer_lr": None if h is None else args.outer_lr,
+            "train_loss_last50": WORLD.allreduce(float(np.mean(losses[-50:]))) / WORLD.Get_size(),
+            "held_out_loss": evaluate(net, held_out, args), "bytes_sent_rank0": mt.traffic.total(),
+            "peak_bytes_per_step_rank0": max(step_bytes), "loss_per_step_rank0": losses,
+            "bytes_per_step_rank0": step_bytes, "seconds": seconds,
             "params": sum(p.numel() for p in net.parameters()), "min_bytes": mpicomp.config.min_bytes}
 
 
 def plot(out, names):
-    """Loss (smoothed over 50 steps) against inner steps and against bytes rank 0 sent, for
-    the runs' JSON files in out: diloco-runs.png."""
+    """Loss (smoothed over 50 steps) against steps and against bytes rank 0 sent."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -100,50 +120,60 @@ def plot(out, names):
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     for name in names:
-        r = json.load(open(os.path.join(out, f"diloco-{name}.json")))
+        r = json.load(open(os.path.join(out, f"diloco-gpt-{name}.json")))
         loss = np.convolve(r["loss_per_step_rank0"], np.ones(50) / 50, mode="valid")
         sent = np.cumsum(r["bytes_per_step_rank0"])[49:] / 1e6
-        axes[0].plot(np.arange(50, 50 + loss.size), loss, label=name, lw=1)
+        axes[0].plot(r["pretrain_steps"] + np.arange(50, 50 + loss.size), loss, label=name, lw=1)
         axes[1].plot(sent, loss, label=name, lw=1)
-    axes[0].set_xlabel("inner step")
+    axes[0].set_xlabel("step (after the shared pretraining)")
     axes[1].set_xlabel("MB sent by rank 0 (log)")
     axes[1].set_xscale("log")
     for ax in axes:
         ax.set_ylabel("training loss, rank 0, mean of 50 steps")
         ax.legend(fontsize=8)
-    fig.suptitle("DiLoCo vs DDP, 4 workers (bench/diloco_compare.py)")
+    fig.suptitle(f"DiLoCo vs DDP on the example GPT, {WORLD.Get_size()} workers (bench/diloco_compare.py)")
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "diloco-runs.png"), dpi=80)
+    fig.savefig(os.path.join(out, "diloco-gpt-runs.png"), dpi=80)
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--steps", type=int, default=300)
-    p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--context", type=int, default=16)
-    p.add_argument("--hidden", type=int, default=256)
-    p.add_argument("--lr", type=float, default=2e-3)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--pretrain", type=int, default=500, help="shared data-parallel steps before the runs")
+    p.add_argument("--steps", type=int, default=2000, help="steps of each run")
+    p.add_argument("--layers", type=int, default=2, help="transformer blocks")
+    p.add_argument("--width", type=int, default=64, help="model width")
+    p.add_argument("--heads", type=int, default=4, help="attention heads")
+    p.add_argument("--context", type=int, default=64, help="bytes per sequence")
+    p.add_argument("--batch", type=int, default=8, help="sequences per step per worker")
+    p.add_argument("--lr", type=float, default=3e-3, help="AdamW learning rate (DDP's and the inner one)")
+    p.add_argument("--outer-lr", type=float, default=0.7, help="DiLoCo's outer Nesterov learning rate")
+    p.add_argument("--eval", type=int, default=512, help="held-out sequences")
+    p.add_argument("--corpus-bytes", type=int, default=4_000_000, help="training bytes (held-out: the next 200,000)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--runs", default=",".join(RUNS))
-    p.add_argument("--out", default=None, help="directory for diloco-<run>.json and diloco-runs.png (rank 0)")
+    p.add_argument("--runs", default=",".join(RUNS), help="comma-separated, of: " + ",".join(RUNS))
+    p.add_argument("--out", default=None, help="directory for diloco-gpt-<run>.json and the plot (rank 0)")
     p.add_argument("--plot-only", action="store_true", help="only plot the runs' JSON files already in --out")
     args = p.parse_args(argv)
+    names = args.runs.split(",")
     if args.plot_only:
-        return plot(args.out, args.runs.split(","))
+        return plot(args.out, names)
     torch.set_num_threads(1)
-    corpus = load_corpus(2_200_000)
-    data, held_out = corpus[:2_000_000], corpus[2_000_000:]
-    for name in args.runs.split(","):
-        r = run(name, data, held_out, args)
+    corpus = load_corpus(args.corpus_bytes + 200_000)
+    data, held_out = corpus[:args.corpus_bytes], corpus[args.corpus_bytes:]
+    start = pretrain(data, args)
+    for name in names:
+        r = run(name, start, data, held_out, args)
         if WORLD.Get_rank() == 0:
-            print(json.dumps(r), flush=True)
+            summary = {k: v for k, v in r.items() if not isinstance(v, list)}
+            print(json.dumps(summary), flush=True)
             if args.out:
                 os.makedirs(args.out, exist_ok=True)
-                with open(os.path.join(args.out, f"diloco-{name}.json"), "w") as f:
-                    json.dump(dict(r, command=" ".join(["mpiexec", "-n", str(WORLD.Get_size()), "python"] + sys.argv)),
-                              f, indent=1)
+                command = " ".join(["mpiexec", "-n", str(WORLD.Get_size()), "python"] + sys.argv)
+                with open(os.path.join(args.out, f"diloco-gpt-{name}.json"), "w") as f:
+                    json.dump(dict(r, command=command), f, indent=1)
     if WORLD.Get_rank() == 0 and args.out:
-        plot(args.out, args.runs.split(","))
+        plot(args.out, names)
 
 
 if __name__ == "__main__":

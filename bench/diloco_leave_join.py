@@ -6,8 +6,8 @@ bench/results/diloco-leave-join.{json,png}.
 
     bench/diloco_leave_join.py [--steps 600] [--sync-every 50] [--kill-at 260] [--rejoin-at 420]
 
-Each phase is one mpiexec of this script with --phase; the model, data and DiLoCo settings
-are bench/diloco_compare.py's. A checkpoint is written after every outer step (atomically);
+Each phase is one mpiexec of this script with --phase; the model (examples/train_gpt.py's
+GPT), data and DiLoCo settings are bench/diloco_compare.py's. A checkpoint is written after every outer step (atomically);
 the batches are a pure function of (step, rank), so the checkpoint's data position is the
 step. What a restart loses: the inner steps since the last outer step.
 """
@@ -25,18 +25,17 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def phase(args):
     import torch
-    import torch.nn.functional as F
     from mpi4py import MPI
 
     sys.path.insert(0, str(ROOT / "bench"))
-    from diloco_compare import batch, load_corpus, model  # noqa: E402
+    from diloco_compare import batch, cross_entropy, gpt, load_corpus  # noqa: E402
 
     from mpicomp.optim import DiLoCo
 
     world = MPI.COMM_WORLD
     torch.set_num_threads(1)
-    data = load_corpus(2_000_000)
-    net = model(args)
+    data = load_corpus(4_000_000)  # diloco_compare.py's training bytes
+    net = gpt(args)
     opt = DiLoCo(net, torch.optim.AdamW(net.parameters(), lr=args.lr, weight_decay=0.1), comm=world,
                  sync_every=args.sync_every)
     start = opt.load(args.checkpoint) if os.path.exists(args.checkpoint) else 0
@@ -46,7 +45,7 @@ def phase(args):
             os.kill(os.getpid(), signal.SIGKILL)  # a worker dies; MPI ends the job
         x, y = batch(data, args, step, world.Get_rank())
         opt.zero_grad()
-        loss = F.cross_entropy(net(x), y)
+        loss = cross_entropy(net(x), y)
         loss.backward()
         opt.step()
         mean = world.allreduce(loss.item()) / world.Get_size()
@@ -65,10 +64,12 @@ def main():
     p.add_argument("--sync-every", type=int, default=50)
     p.add_argument("--kill-at", type=int, default=260, help="step at which the last of 4 workers is killed")
     p.add_argument("--rejoin-at", type=int, default=420, help="step at which 3 workers stop and 4 resume")
-    p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--context", type=int, default=16)
-    p.add_argument("--hidden", type=int, default=256)
-    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--context", type=int, default=64)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--width", type=int, default=64)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--phase", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--stop", type=int, default=None, help=argparse.SUPPRESS)
@@ -84,8 +85,9 @@ def main():
         for n, stop, kill in runs:
             cmd = [mpiexec, "-n", str(n), sys.executable, __file__, "--phase", "--stop", str(stop), "--kill-at",
                    str(kill), "--checkpoint", ckpt, "--log", log, "--sync-every", str(args.sync_every),
-                   "--batch", str(args.batch), "--context", str(args.context), "--hidden", str(args.hidden),
-                   "--lr", str(args.lr), "--seed", str(args.seed)]
+                   "--batch", str(args.batch), "--context", str(args.context), "--layers", str(args.layers),
+                   "--width", str(args.width), "--heads", str(args.heads), "--lr", str(args.lr), "--seed",
+                   str(args.seed)]
             r = subprocess.run(cmd, capture_output=True, text=True)
             print(f"# {n} workers until step {stop}{f', one killed at {kill}' if kill >= 0 else ''}: "
                   f"exit code {r.returncode}", flush=True)
