@@ -121,9 +121,10 @@ def plot(out, names):
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     for name in names:
         r = json.load(open(os.path.join(out, f"diloco-gpt-{name}.json")))
-        loss = np.convolve(r["loss_per_step_rank0"], np.ones(50) / 50, mode="valid")
-        sent = np.cumsum(r["bytes_per_step_rank0"])[49:] / 1e6
-        axes[0].plot(r["pretrain_steps"] + np.arange(50, 50 + loss.size), loss, label=name, lw=1)
+        w = min(50, len(r["loss_per_step_rank0"]))
+        loss = np.convolve(r["loss_per_step_rank0"], np.ones(w) / w, mode="valid")
+        sent = np.cumsum(r["bytes_per_step_rank0"])[w - 1:] / 1e6
+        axes[0].plot(r["pretrain_steps"] + np.arange(w, w + loss.size), loss, label=name, lw=1)
         axes[1].plot(sent, loss, label=name, lw=1)
     axes[0].set_xlabel("step (after the shared pretraining)")
     axes[1].set_xlabel("MB sent by rank 0 (log)")

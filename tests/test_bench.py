@@ -219,3 +219,17 @@ def test_demo_falls_back_to_shared_memory_and_says_why():
         speedups, errors = x[2::2], [float(e) for e in x[3::2]]
         assert all(s.endswith("x") and float(s[:-1]) > 0 for s in speedups)
         assert errors[0] < 1e-6 and 1e-4 < errors[2] < 0.02 and errors[4] > 0.1  # none, int8, sign
+
+
+def test_diloco_compare_writes_runs_and_counts_bytes(tmp_path):
+    """bench/diloco_compare.py, small: each run's JSON and the plot; H=10 sends a tenth of
+    DDP's bytes, 4 fragments a quarter of the peak per step; held-out losses are finite."""
+    r = subprocess.run([MPIEXEC, "-n", "2", sys.executable, str(BENCH / "diloco_compare.py"), "--pretrain", "4",
+                        "--steps", "20", "--runs", "ddp,h10,h50-f4", "--corpus-bytes", "300000", "--eval", "16",
+                        "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    runs = {n: json.loads((tmp_path / f"diloco-gpt-{n}.json").read_text()) for n in ("ddp", "h10", "h50-f4")}
+    assert (tmp_path / "diloco-gpt-runs.png").stat().st_size > 10_000
+    assert runs["ddp"]["bytes_sent_rank0"] == 10 * runs["h10"]["bytes_sent_rank0"] > 0
+    assert abs(runs["ddp"]["peak_bytes_per_step_rank0"] / runs["h50-f4"]["peak_bytes_per_step_rank0"] - 4) < 0.05
+    assert all(0 < run["held_out_loss"] < 10 and run["pretrain_steps"] == 4 for run in runs.values())
