@@ -269,6 +269,10 @@ class Request:
         """True when complete (then wait() returns at once)."""
         return self._future.done()
 
+    def add_done_callback(self, fn):
+        """Calls fn(self) when complete (at once if it is): on the worker thread, or this one."""
+        self._future.add_done_callback(lambda _: fn(self))
+
 
 def _start(coll, x, comm, codec, op, out, error_feedback):
     """A non-blocking collective: checked here, run on comm's worker thread (its own

@@ -6,8 +6,12 @@ compressed tensor- and pipeline-parallel layers, and the policy that picks a cod
     mesh = mt.Mesh(dp=2, tp=2, pp=1)
     policy = mt.Policy.preset("hybrid")
     state, hook = mt.ddp_hook(codec=policy.codec("dp", "gradients"), comm=mesh.dp)
+
+Importing it also registers the torch.distributed backend "mpicomp" (backend.py):
+``torch.distributed.init_process_group("mpicomp")`` under mpiexec, for unmodified scripts.
 """
 
+from .backend import BackendOptions, ProcessGroupMpicomp, backend_options
 from .distributed import init_process_group
 from .ddp import DDPHookState, GradientReducer, allreduce_gradients, compressed_allreduce_hook, ddp_hook
 from .mesh import Mesh
@@ -18,7 +22,7 @@ from .tensor_parallel import (ColumnParallelLinear, RowParallelLinear, copy_to_t
 from .traffic import Traffic, traffic
 
 __all__ = [
-    "Mesh", "Policy", "init_process_group",
+    "Mesh", "Policy", "init_process_group", "BackendOptions", "backend_options", "ProcessGroupMpicomp",
     "ddp_hook", "DDPHookState", "compressed_allreduce_hook", "GradientReducer", "allreduce_gradients",
     "ColumnParallelLinear", "RowParallelLinear", "copy_to_tensor_parallel", "reduce_from_tensor_parallel",
     "GPipe", "Traffic", "traffic",

@@ -28,13 +28,28 @@ def _master_addr(comm):
     return comm.bcast(addr, root=0)
 
 
+def mpi_store(comm, timeout):
+    """A TCPStore served by comm's rank 0, which every rank of comm reaches (collective)."""
+    import torch.distributed as dist
+
+    addr = _master_addr(comm)
+    store = port = None
+    if comm.Get_rank() == 0:
+        store = dist.TCPStore(addr, 0, comm.Get_size(), is_master=True, wait_for_workers=False, timeout=timeout)
+        port = store.port
+    port = comm.bcast(port, root=0)
+    if comm.Get_rank() != 0:
+        store = dist.TCPStore(addr, port, comm.Get_size(), is_master=False, timeout=timeout)
+    return store
+
+
 def init_process_group(comm=None, backend="gloo", timeout=datetime.timedelta(minutes=5)):
     """``torch.distributed.init_process_group`` with ``comm``'s ranks (default COMM_WORLD):
     torch rank i is ``comm`` rank i. Collective over ``comm``.
 
     Args:
         comm: an mpi4py communicator; every one of its processes must call this.
-        backend: ``"gloo"`` (CPU tensors) or ``"nccl"`` (CUDA tensors).
+        backend: ``"gloo"`` (CPU tensors), ``"nccl"`` (CUDA tensors) or ``"mpicomp"``.
         timeout: how long a rank waits for the others, in the store and in the backend.
 
     Returns:
@@ -49,15 +64,36 @@ def init_process_group(comm=None, backend="gloo", timeout=datetime.timedelta(min
     comm = MPI.COMM_WORLD if comm is None else comm
     if comm.allreduce(dist.is_initialized(), op=MPI.LOR):
         raise ArgumentError("init_process_group: torch.distributed is already initialised on some rank")
-    rank, size = comm.Get_rank(), comm.Get_size()
-    addr = _master_addr(comm)
-    store = port = None
-    if rank == 0:
-        store = dist.TCPStore(addr, 0, size, is_master=True,
-                              wait_for_workers=False, timeout=timeout)
-        port = store.port
-    port = comm.bcast(port, root=0)
-    if rank != 0:
-        store = dist.TCPStore(addr, port, size, is_master=False, timeout=timeout)
-    dist.init_process_group(backend, store=store, rank=rank, world_size=size, timeout=timeout)
+    store = mpi_store(comm, timeout)
+    dist.init_process_group(backend, store=store, rank=comm.Get_rank(), world_size=comm.Get_size(), timeout=timeout)
     return dist
+
+
+def rendezvous_from_mpi():
+    """Makes torch's ``env://`` rendezvous (``init_process_group``'s default) work under
+    mpiexec without MASTER_ADDR, MASTER_PORT, RANK or WORLD_SIZE: where MASTER_ADDR is unset
+    and MPI_COMM_WORLD has more than one rank, the store comes from :func:`mpi_store` and
+    rank and size from MPI (the rendezvous is collective, as init_process_group is). With
+    MASTER_ADDR set, torch's own handler runs. torch has no public way to replace a scheme's
+    handler, so this wraps the one in its registry."""
+    import sys
+
+    import torch.distributed  # noqa: F401 -- loads torch.distributed.rendezvous
+
+    registry = sys.modules["torch.distributed.rendezvous"]._rendezvous_handlers
+    torch_env = registry["env"]
+    if getattr(torch_env, "mpicomp", False):
+        return
+
+    def env_or_mpi(url, timeout=datetime.timedelta(minutes=30), **kwargs):
+        from mpi4py import MPI
+
+        world = MPI.COMM_WORLD
+        if os.environ.get("MASTER_ADDR") or world.Get_size() == 1:
+            yield from torch_env(url, timeout, **kwargs)
+            return
+        yield mpi_store(world, timeout), world.Get_rank(), world.Get_size()
+        raise RuntimeError("mpicomp: env:// from MPI cannot rendezvous again")
+
+    env_or_mpi.mpicomp = True
+    registry["env"] = env_or_mpi
