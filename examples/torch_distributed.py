@@ -9,8 +9,8 @@ Under mpiexec, ``init_process_group`` needs no MASTER_ADDR, RANK or WORLD_SIZE: 
 mpicomp.torch makes torch's env:// rendezvous take them from MPI when they are not set. The
 model is a small byte-level transformer language model (torch.nn.TransformerEncoder with a
 causal mask) on the standard library's sources; every rank draws its own batches. Rank 0
-prints the loss every --log steps, and with --json writes the losses and the bytes mpicomp
-sent (mpicomp.stats()).
+prints the loss every --log steps, and with --json writes the losses, each step's seconds
+and the bytes mpicomp sent (mpicomp.stats()).
 """
 import argparse
 import json
@@ -74,9 +74,10 @@ def main():
         fully_shard(model, mesh=mesh)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
     data = load_corpus(2_000_000)
-    losses, start = [], time.perf_counter()
+    losses, step_seconds, start = [], [], time.perf_counter()
     mpicomp.reset_stats()
     for step in range(args.steps):
+        begin = time.perf_counter()
         rng = np.random.default_rng([step, rank])
         rows = np.stack([data[s:s + args.context + 1] for s in rng.integers(0, data.size - args.context - 1,
                                                                              args.batch)])
@@ -88,6 +89,7 @@ def main():
         mean = loss.detach().clone()
         dist.all_reduce(mean, op=dist.ReduceOp.AVG)
         losses.append(mean.item())
+        step_seconds.append(time.perf_counter() - begin)
         if rank == 0 and (step + 1) % args.log == 0:
             print(f"step {step + 1} loss {losses[-1]:.4f}", flush=True)
     seconds = time.perf_counter() - start
@@ -99,7 +101,7 @@ def main():
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"args": vars(args), "world_size": world, "losses": losses, "seconds": seconds,
-                           "bytes_wire": sent, "bytes_plain": plain}, f)
+                           "step_seconds": step_seconds, "bytes_wire": sent, "bytes_plain": plain}, f)
     dist.destroy_process_group()
 
 
