@@ -7,7 +7,10 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
+
+import mpicomp
 
 MPIEXEC = str(Path(sys.executable).parent / "mpiexec")
 BENCH = Path(__file__).resolve().parents[1] / "bench"
@@ -61,9 +64,12 @@ def test_end_to_end_osu_table_and_json_schema(tmp_path, op):
     assert any(l.split()[1:3] == ["Size", "Avg"] and "Min Latency(us)" in l and l.endswith("Impl   Codec")
                for l in lines)
     rows = [l.split() for l in lines if l and l[0].isdigit()]
-    assert len(rows) == 3 * 8 and all(len(x) == 10 for x in rows)  # mpi, none, int4 x 1K..128K
+    assert len(rows) == 3 * 8 and all(len(x) == 12 for x in rows)  # mpi, none, int4 x 1K..128K
+    # No link rate (not bench/netem): MPI's rows have no bound, compressed ones the codec's.
+    assert all(x[5:7] == ["-", "-"] for x in rows if x[10] == "mpi")
+    assert all(float(x[5]) > 0 for x in rows if x[11] == "int4" and int(x[0]) >= 64 << 10)
     # In the order measured: each size's implementations side by side, sizes ascending.
-    assert [(int(x[0]), x[8], x[9]) for x in rows[:4]] == [
+    assert [(int(x[0]), x[10], x[11]) for x in rows[:4]] == [
         (1024, "mpi", "none"), (1024, "mpicomp", "none"), (1024, "mpicomp", "int4"), (2048, "mpi", "none")]
     recs = json.loads(out.read_text())
     keys = {"op", "codec", "size", "np", "device", "avg_latency_us", "min_latency_us", "max_latency_us",
@@ -233,3 +239,37 @@ def test_diloco_compare_writes_runs_and_counts_bytes(tmp_path):
     assert runs["ddp"]["bytes_sent_rank0"] == 10 * runs["h10"]["bytes_sent_rank0"] > 0
     assert abs(runs["ddp"]["peak_bytes_per_step_rank0"] / runs["h50-f4"]["peak_bytes_per_step_rank0"] - 4) < 0.05
     assert all(0 < run["held_out_loss"] < 10 and run["pretrain_steps"] == 4 for run in runs.values())
+
+
+def test_bound_model_matches_the_measured_link():
+    """The link bound of MPI's 16 MiB allreduce on 2 ranks sharing bench/netem's 1 Gbit/s
+    loopback is 32 MiB over 1 Gbit/s, 268 ms: BUILD.md measured 269 ms. Codec work adds to the
+    codec bound only; per-rank links carry half as much."""
+    from mpicomp.bench import bound
+
+    os.environ["MPICOMP_NETEM"] = "1gbit"
+    try:
+        shared = bound.Link()
+    finally:
+        del os.environ["MPICOMP_NETEM"]
+    none = bound.Speeds([], np.zeros(1, np.float32))
+    link_us, codec_us = bound.bound_us("allreduce", "none", 4 << 20, 2, 1.0, none, shared)
+    assert shared.shared and abs(link_us / 1e3 - 268.4) < 0.1 and codec_us == 0
+    per_rank = bound.Link(gbit=1)
+    assert bound.bound_us("allreduce", "none", 4 << 20, 2, 1.0, none, per_rank)[0] == link_us / 2
+    int8 = mpicomp.codec("int8")
+    speeds = bound.Speeds([int8], np.random.default_rng(0).standard_normal(1 << 16).astype(np.float32))
+    link8, codec8 = bound.bound_us("allreduce", "int8", 4 << 20, 2, 3.94, speeds, shared)
+    assert abs(link8 * 3.94 - link_us) < 1 and 0 < codec8 < 1e6
+    assert bound.bound_us("allreduce", "int8", 4 << 20, 1, 3.94, speeds, shared) == (None, 0.0)
+
+
+def test_bound_columns_in_the_table_and_json(tmp_path):
+    out = tmp_path / "r.json"
+    r = bench("allreduce", "-m", "1M:1M", "--codec", "none,int8", "--compare", "mpi", "-i", "3", "--rounds", "1",
+              "--link-gbit", "10", "--json", str(out), n=2)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "Bound(us)" in r.stdout and "%Bound" in r.stdout and "link 10 Gbit/s, one per rank" in r.stdout
+    for rec in json.loads(out.read_text()):
+        assert rec["link_bound_us"] > 0 and rec["bound_us"] >= rec["link_bound_us"]
+        assert rec["pct_of_bound"] == pytest.approx(100 * rec["bound_us"] / rec["avg_latency_us"])

@@ -34,6 +34,9 @@ def parser():
     for name in ("allreduce", "reduce_scatter", "allgather"):
         s = sub.add_parser(name, help=f"latency of {name} per codec (under mpiexec)")
         add_common(s, COLLECTIVE_PEERS)
+        s.add_argument("--link-gbit", type=float, default=None, metavar="GBIT",
+                       help="the link's rate per rank, for the Bound column (default: what bench/netem set up; "
+                            "none on other links)")
     s = sub.add_parser("pt2pt", help="compressed send/recv latency and bandwidth, ranks 0 and 1 (under mpiexec)")
     add_common(s, PT2PT_PEERS)
     g = sub.add_parser("plot", help="latency and speed-up plots from --json results (matplotlib)")

@@ -18,7 +18,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import allgather, allreduce, config, reduce_scatter
-from . import inputs, report
+from . import bound, inputs, report
 from .options import COLLECTIVE_PEERS, iterations, iterations_note
 
 
@@ -114,7 +114,12 @@ def run(args, comm=MPI.COMM_WORLD):
     passes = [[("peer", c) for c in compare if c != "gloo"] + [("mpicomp", c) for c in args.codecs]]
     if "gloo" in compare:
         passes.append([("peer", "gloo")])
-    out = report.Report(args, comm, op.name, notes, {c: COLLECTIVE_PEERS[c] for c in compare})
+    link = bound.Link(args.link_gbit)
+    speeds = bound.Speeds(args.codecs, inputs.make(args.data, 1 << 22, 1234 + rank))
+    notes.append(f"Bound(us): max(link time, codec time) of one call ({link.describe()}; codec speeds measured "
+                 f"here, one core); %Bound = bound / measured (mpicomp.bench.bound)")
+    out = report.Report(args, comm, op.name, notes, {c: COLLECTIVE_PEERS[c] for c in compare},
+                        extra=[("Bound(us)", 12, ".1f", "bound_us"), ("%Bound", 8, ".0f", "pct_of_bound")])
     failures, cache = 0, {}
     for impls in passes:
         names = ", ".join(what if kind == "peer" else what.spec for kind, what in impls)
@@ -153,8 +158,13 @@ def run(args, comm=MPI.COMM_WORLD):
                             y.flat[0] += 1.0
                         diff = np.abs(y.astype(np.float64) - exact)
                         rec["max_rel_error"] = float(diff.max() / max(np.abs(exact).max(), 1e-30))
-                        bound = _bound(op, xs, exact, c, comm) if compressed else 1e-5 * np.abs(exact) + 1e-6
-                        failures += comm.allreduce(int(np.count_nonzero(~(diff <= bound))))
+                        allowed = _bound(op, xs, exact, c, comm) if compressed else 1e-5 * np.abs(exact) + 1e-6
+                        failures += comm.allreduce(int(np.count_nonzero(~(diff <= allowed))))
+                link_us, codec_us = bound.bound_us(op.name, rec["codec"] if rec["ratio"] != 1.0 else "none", x.size,
+                                                   p, rec["ratio"], speeds, link)
+                rec.update(link_bound_us=link_us, codec_bound_us=codec_us,
+                           bound_us=max(link_us or 0.0, codec_us) or None)
+                rec["pct_of_bound"] = 100 * rec["bound_us"] / avg if rec["bound_us"] else None
                 records.append(rec)
             out.rows(records)
     return out.finish(failures)

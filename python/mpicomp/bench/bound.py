@@ -1,0 +1,94 @@
+"""The time a collective cannot beat on this machine and link, printed beside what it took.
+
+Two lower bounds per call, and the larger is the bound (perfect overlap of the two):
+- link: the bytes that cross the link over its rate. bench/netem's default shapes one
+  loopback that all ranks share, so the link carries every rank's bytes; with --per-rank each
+  rank has its own full-duplex link and carries its own. MPICOMP_NETEM says which (and the
+  rate); --link-gbit gives a rate for other links (then taken as per-rank).
+- codec: this rank's codec work at the speeds measured here at the start of the run (one
+  core, the SIMD target in use; as `mpicomp-bench codecs`).
+
+Per rank, for p ranks, n float32 elements of input, wire bytes w(k) of k elements:
+allreduce (reduce-scatter, then allgather): sends 2 (p-1)/p w(n); encodes n (its p-1 parts,
+then its reduced part), decode-accumulates (p-1)/p n, decodes n. reduce_scatter: sends
+(p-1)/p w(n); encodes and decode-accumulates (p-1)/p n. allgather (n per rank): sends
+(p-1) w(n); encodes n, decodes p n. MPI's own collectives (and codec none) move 4 bytes an
+element and do no codec work. "%Bound" is bound / measured: 100% runs at the bound.
+"""
+import os
+import re
+import time
+
+import numpy as np
+
+from .. import _core
+
+__all__ = ["Link", "Speeds", "bound_us"]
+
+_SAMPLE = 1 << 22  # elements timed per codec: 16 MiB of float32, past the caches
+
+
+class Link:
+    """Rate in bits/s (None: unknown, no link bound) and whether the ranks share it."""
+
+    def __init__(self, gbit=None):
+        text = os.environ.get("MPICOMP_NETEM", "")
+        m = re.match(r"(\d+(?:\.\d+)?)([kmg])bit", text.lower())
+        if gbit:
+            self.rate, self.shared = gbit * 1e9, False
+        elif m:
+            self.rate = float(m.group(1)) * {"k": 1e3, "m": 1e6, "g": 1e9}[m.group(2)]
+            self.shared = "per-rank" not in text and "between" not in text
+        else:
+            self.rate, self.shared = None, False
+
+    def describe(self):
+        if self.rate is None:
+            return "link unknown (not bench/netem, no --link-gbit): codec bound only"
+        return f"link {self.rate / 1e9:g} Gbit/s, {'shared by the ranks' if self.shared else 'one per rank'}"
+
+
+class Speeds:
+    """Encode, decode and decode-accumulate seconds per float32 element, per codec, measured
+    on a sample of the run's data."""
+
+    def __init__(self, codecs, x):
+        n = min(_SAMPLE, x.size) or 1
+        sample = np.resize(x, n).astype(np.float32)
+        out, acc = np.empty_like(sample), np.zeros_like(sample)
+        self.per_element = {}
+        for c in codecs:
+            if not c.id:  # none: no codec work
+                continue
+            buf = np.empty(c.encoded_bytes(n), np.uint8)
+            times = [_best(lambda: _core.encode(c.id, c.block, 0, sample.ctypes.data, n, 0, buf.ctypes.data)),
+                     _best(lambda: _core.decode(c.id, c.block, 0, buf.ctypes.data, n, 1.0, out.ctypes.data)),
+                     _best(lambda: _core.decode_accumulate(c.id, c.block, 0, buf.ctypes.data, n,
+                                                           acc.ctypes.data))]
+            self.per_element[c.spec] = [t / n for t in times]
+
+
+def _best(fn, repeats=3):
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def bound_us(op, spec, n, p, ratio, speeds, link):
+    """(link us or None, codec us) of one call: op's name, codec spec ("none" for MPI's own),
+    n input elements per rank, p ranks, the codec's ratio on this data."""
+    wire = 4 * n / ratio
+    sends = {"allreduce": 2 * (p - 1) / p * wire, "reduce_scatter": (p - 1) / p * wire,
+             "allgather": (p - 1) * wire}[op]
+    link_us = None
+    if link.rate and p > 1:
+        link_us = sends * (p if link.shared else 1) * 8 / link.rate * 1e6
+    enc, dec, acc = speeds.per_element.get(spec, (0.0, 0.0, 0.0))
+    work = {"allreduce": enc * n + acc * (p - 1) / p * n + dec * n,
+            "reduce_scatter": (enc + acc) * (p - 1) / p * n,
+            "allgather": enc * n + dec * p * n}[op]
+    return link_us, work * 1e6 if p > 1 else 0.0
