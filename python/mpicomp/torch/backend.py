@@ -246,6 +246,49 @@ class ProcessGroupMpicomp(dist.ProcessGroup):
         (t,) = tensors
         return self._exact(tensors, lambda c: c.Bcast(_numpy(t), root=opts.rootRank), t)
 
+    def reduce(self, tensors, opts=None):
+        (t,) = tensors
+        op = _op(opts.reduceOp)
+
+        def run(c):
+            result = t.clone()  # the root's result; the others' tensors stay as they were
+            _reduce_in_place(c, result, op)
+            if c.Get_rank() == opts.rootRank:
+                t.copy_(result)
+        return self._exact(tensors, run, t)
+
+    def gather(self, output_lists, inputs, opts=None):
+        (t,) = inputs
+        root = self.rank() == opts.rootRank
+
+        def run(c):
+            flat = torch.empty(c.Get_size() * t.numel(), dtype=t.dtype) if root else None
+            c.Gather(_numpy(t.contiguous()), _numpy(flat) if root else None, root=opts.rootRank)
+            if root:
+                for o, part in zip(output_lists[0], flat.chunk(c.Get_size())):
+                    o.copy_(part.view_as(o))
+        return self._exact(output_lists, run, t)
+
+    def scatter(self, outputs, input_lists, opts=None):
+        (t,) = outputs
+        root = self.rank() == opts.rootRank
+
+        def run(c):
+            flat = torch.cat([x.reshape(-1) for x in input_lists[0]]) if root else None
+            c.Scatter(_numpy(flat) if root else None, _numpy(t), root=opts.rootRank)
+        return self._exact(outputs, run, t)
+
+    def alltoall(self, outputs, inputs, opts=None):
+        so, si = [o.numel() for o in outputs], [i.numel() for i in inputs]
+
+        def run(c):
+            o, i = torch.cat([x.reshape(-1) for x in outputs]), torch.cat([x.reshape(-1) for x in inputs])
+            c.Alltoallv([_numpy(i), (si, np.cumsum([0] + si[:-1]).tolist())],
+                        [_numpy(o), (so, np.cumsum([0] + so[:-1]).tolist())])
+            for x, part in zip(outputs, o.split(so)):
+                x.copy_(part.view_as(x))
+        return self._exact(outputs, run, *inputs)
+
     def barrier(self, opts=None):
         return self._done(self._executor.submit(self._acomm.Barrier), [])
 

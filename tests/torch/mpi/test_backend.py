@@ -67,6 +67,26 @@ def test_gathers_scatters_broadcast_all_to_all_equal_gloo(groups, dtype):
         torch.testing.assert_close(b, a, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64], ids=str)
+def test_reduce_gather_scatter_alltoall_lists_equal_gloo(groups, dtype):
+    gl, mc = groups
+    root = N - 1
+    outs = {}
+    for name, g in (("gloo", gl), ("mpicomp", mc)):
+        red = data((5,), dtype, 40 + RANK)
+        dist.reduce(red, dst=root, group=g)
+        gathered = [torch.empty(3, dtype=dtype) for _ in range(N)] if RANK == root else None
+        dist.gather(data((3,), dtype, 50 + RANK), gathered, dst=root, group=g)
+        got = torch.empty(4, dtype=dtype)
+        dist.scatter(got, [data((4,), dtype, 60 + r) for r in range(N)] if RANK == root else None, src=root,
+                     group=g)
+        a2a = [torch.empty(2, dtype=dtype) for r in range(N)]  # gloo takes equal sizes only
+        dist.all_to_all(a2a, [data((2,), dtype, 70 + 10 * RANK + r) for r in range(N)], group=g)
+        outs[name] = ([red] if RANK == root else []) + (gathered or []) + [got, *a2a]
+    for a, b in zip(outs["gloo"], outs["mpicomp"]):
+        torch.testing.assert_close(b, a, rtol=0, atol=0)
+
+
 def test_bool_and_send_recv(groups):
     _, mc = groups
     flags = torch.tensor([RANK == 0, True, False])
