@@ -47,12 +47,13 @@ def built(tmp_path_factory):
                 "-DMPICOMP_WITH_CUDA"]
     jobs = [(src, out / f"{i}.o", ["-x", "c++"] if src.suffix == ".cu" else [])
             for i, src in enumerate([*common, ROOT / "cpp" / "codecs" / "cuda" / "kernels.cu"])]
-    jobs += [(ROOT / "cpp" / "bind" / name, out / f"{name}.o", includes) for name in ("module.cpp", "cuda.cpp")]
+    bind = ("module.cpp", "comm.cpp", "cuda.cpp")
+    jobs += [(ROOT / "cpp" / "bind" / name, out / f"{name}.o", includes) for name in bind]
     jobs += [(FAKE / "engine_check.cpp", out / "engine_check.o", [])]
     with ThreadPoolExecutor(os.cpu_count()) as pool:
         list(pool.map(lambda j: _cxx(*j[2], "-c", j[0], "-o", j[1]), jobs))
     objects = [o for _, o, _ in jobs]
-    _cxx("-rdynamic", "-o", out / "engine_check", *objects[:-3], objects[-1], "-ldl")
+    _cxx("-rdynamic", "-o", out / "engine_check", *objects[:-len(bind) - 1], objects[-1], "-ldl")
     pkg = out / "pkg" / "mpicomp"
     shutil.copytree(ROOT / "python" / "mpicomp", pkg, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
     _cxx("-shared", "-o", pkg / f"_core{sysconfig.get_config_var('EXT_SUFFIX')}", *objects[:-1], "-ldl")

@@ -10,6 +10,7 @@
 #include "../coll/coll.h"
 #include "../core/errors.h"
 #include "args.h"
+#include "comm.h"
 
 namespace py = pybind11;
 using namespace mpicomp;
@@ -34,7 +35,7 @@ cudaStream_t stream_of(uintptr_t s) {
 
 }  // namespace
 
-void bind_cuda(py::module_& m) {
+void mpicomp::bind_cuda(py::module_& m) {
   // A collective on device buffers (x, y and the residual on one GPU), on the caller's
   // stream; returns when the results are in y. count as for the host bindings.
   m.def("cuda_collective", [](int coll, py::handle comm, uintptr_t x, uintptr_t y, size_t count, int dtype,

@@ -1,7 +1,6 @@
 // The private extension mpicomp._core: thin wrappers that take buffers as addresses (the
 // Python layer has already checked them), then run the C++ core without the GIL.
 #include <mpi.h>
-#include <mpi4py/mpi4py.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -15,19 +14,10 @@
 #include "../coll/stats.h"
 #include "../core/errors.h"
 #include "args.h"
+#include "comm.h"
 
 namespace py = pybind11;
 using namespace mpicomp;
-
-#ifdef MPICOMP_WITH_CUDA
-void bind_cuda(py::module_& m);  // cuda.cpp
-#endif
-
-MPI_Comm mpicomp::comm_of(py::handle obj) {
-  MPI_Comm* c = PyMPIComm_Get(obj.ptr());
-  if (!c) throw py::error_already_set();
-  return *c;
-}
 
 namespace {
 
@@ -153,7 +143,7 @@ NumpyArgs numpy_args(const py::array& x, py::handle out, int out_mode, int size)
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
-  if (import_mpi4py() < 0) throw py::error_already_set();
+  import_mpi4py_api();
 
   py::register_exception_translator([](std::exception_ptr p) {
     try {
