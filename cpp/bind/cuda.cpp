@@ -6,7 +6,7 @@
 #include <string>
 
 #include "../codecs/cuda/codec_cuda.h"
-#include "../codecs/lossless.h"
+#include "../codecs/host_codec.h"
 #include "../coll/coll.h"
 #include "../core/errors.h"
 #include "args.h"

@@ -6,7 +6,7 @@
 #include <pybind11/stl.h>
 
 #include "../codecs/codec.h"
-#include "../codecs/lossless.h"
+#include "../codecs/host_codec.h"
 #include "../coll/coll.h"
 #include "../coll/config.h"
 #include "../coll/deadline.h"

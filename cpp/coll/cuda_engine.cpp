@@ -7,7 +7,7 @@
 // earlier kernels on it finish before a collective reads its input.
 #include "../codecs/cuda/codec_cuda.h"
 #include "../codecs/cuda/runtime.h"
-#include "../codecs/lossless.h"
+#include "../codecs/host_codec.h"
 #include "engine.h"
 
 namespace mpicomp {
