@@ -256,7 +256,9 @@ std::string describe(const Signature& s) {
   return d;
 }
 
-void handshake(MPI_Comm comm, const Signature& mine, const Payload& data) {
+namespace {
+
+void exchange(MPI_Comm comm, const Signature& mine, const Payload& data) {
   CommInfo ci(comm);
   Exchange ex;
   std::memset(&ex.mine, 0, sizeof(Header));
@@ -292,5 +294,11 @@ void handshake(MPI_Comm comm, const Signature& mine, const Payload& data) {
     throw Error(ErrorKind::shape_mismatch, msg);
   }
 }
+
+}  // namespace
+
+void agree(MPI_Comm comm, const Signature& mine) { exchange(comm, mine, Payload{}); }
+
+void eager_collective(MPI_Comm comm, const Signature& mine, const Payload& data) { exchange(comm, mine, data); }
 
 }  // namespace mpicomp
