@@ -159,6 +159,20 @@ PYBIND11_MODULE(_core, m) {
     }
   });
 
+  // The ids the Python layer passes back in every call, and the frame layout its frame
+  // checks read: defined once, in format.h and handshake.h.
+  py::dict dtypes, codecs, colls;
+  for (int i = 0; i < kDTypes; ++i)
+    dtypes[dtype_name(DType(i))] = py::make_tuple(i, dtype_size(DType(i)), is_float(DType(i)));
+  for (int i = 0; i < kCodecs; ++i) codecs[codec_name(CodecId(i))] = i;
+  for (Coll c : {Coll::allreduce, Coll::reduce_scatter, Coll::allgather}) colls[coll_name(c)] = int(c);
+  m.attr("DTYPES") = dtypes;  // name: (id, bytes per element, floating point)
+  m.attr("CODEC_IDS") = codecs;
+  m.attr("COLL_IDS") = colls;
+  m.attr("FRAME_ALIGN") = kFrameAlign;
+  m.attr("CHUNK_BYTES") = kChunkBytes;
+  m.attr("RAW_CHUNK") = kRawChunk;
+
   m.def("numpy_args", [](const py::array& x, py::handle out, int out_mode, int size) {
     NumpyArgs t = numpy_args(x, out, out_mode, size);
     return py::make_tuple(t.y, reinterpret_cast<uintptr_t>(t.xp), reinterpret_cast<uintptr_t>(t.yp), t.n, t.dt);

@@ -240,8 +240,8 @@ const char* coll_name(Coll c) {
   }
 }
 const char* dtype_name(DType t) {
-  static const char* names[] = {"float32", "float16", "bfloat16", "float64", "int8",
-                                "uint8",   "int16",   "int32",    "int64"};
+  static const char* names[kDTypes] = {"float32", "float16", "bfloat16", "float64", "int8",
+                                       "uint8",   "int16",   "int32",    "int64"};
   return names[int(t)];
 }
 
