@@ -45,9 +45,30 @@ std::string strides_of(const py::array& a) {
   return s + (a.ndim() == 1 ? ",)" : ")");
 }
 
-// Checks a numpy input and output of a collective in one call (every call makes it, so it
-// must be cheap): returns (out, x address, out address, x elements, dtype id), allocating
-// out when None. out_mode: 0 out is like x, 1 out has count/size elements, 2 count*size.
+// The argument checks of every kind of array: numpy's below call them directly, torch's and
+// cupy's (_buffers.py) through the bindings, so that each rule and its message exist once.
+
+// `shown` is how the caller's library writes the dtype.
+[[noreturn]] void unsupported_dtype(const std::string& name, const std::string& shown) {
+  throw Error(ErrorKind::codec, name + " has dtype " + shown + ", which mpicomp does not support");
+}
+
+// The elements of a collective's output for n of input. out_mode: 0 out is like x, 1 out has
+// n/size elements, 2 n*size.
+size_t result_elems(size_t n, int out_mode, int size) {
+  if (out_mode == 1 && n % size_t(size))
+    throw Error(ErrorKind::argument, "reduce_scatter: x has " + std::to_string(n) +
+                                         " elements, which is not a multiple of the communicator size " +
+                                         std::to_string(size));
+  return out_mode == 1 ? n / size_t(size) : out_mode == 2 ? n * size_t(size) : n;
+}
+
+void check_out_elems(size_t got, size_t m) {
+  if (got != m)
+    throw Error(ErrorKind::argument, "out has " + std::to_string(got) + " elements but the result has " +
+                                         std::to_string(m));
+}
+
 // The DType of a contiguous array of a supported dtype; `name` is the argument's name.
 int checked_dtype(const py::array& a, const char* name) {
   if (!(a.flags() & py::array::c_style))
@@ -61,9 +82,7 @@ int checked_dtype(const py::array& a, const char* name) {
                                          std::string(py::str(a.dtype().attr("str"))) + "); pass " + name +
                                          ".astype(" + name + ".dtype.newbyteorder('='))");
   int dt = numpy_dtype(a.dtype().char_());
-  if (dt < 0)
-    throw Error(ErrorKind::codec, std::string(name) + " has dtype " + std::string(py::str(a.dtype())) +
-                                      ", which mpicomp does not support");
+  if (dt < 0) unsupported_dtype(name, py::str(a.dtype()));
   return dt;
 }
 
@@ -105,18 +124,12 @@ void refuse_partial_overlap(const void* x, size_t xbytes, const void* y, size_t 
                                        "an array that does not share x's memory");
 }
 
+// Checks a numpy input and output of a collective in one call (every call makes it, so it
+// must be cheap): returns (out, x address, out address, x elements, dtype id), allocating
+// out when None. out_mode as for result_elems.
 NumpyArgs numpy_args(const py::array& x, py::handle out, int out_mode, int size) {
   int dt = checked_dtype(x, "x");
-  size_t n = size_t(x.size()), m = n;
-  if (out_mode == 1) {
-    if (n % size_t(size))
-      throw Error(ErrorKind::argument, "reduce_scatter: x has " + std::to_string(n) +
-                                           " elements, which is not a multiple of the communicator size " +
-                                           std::to_string(size));
-    m = n / size_t(size);
-  } else if (out_mode == 2) {
-    m = n * size_t(size);
-  }
+  const size_t n = size_t(x.size()), m = result_elems(n, out_mode, size);
   py::array y;
   if (out.is_none()) {
     y = out_mode == 0 ? py::array(x.dtype(), std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()))
@@ -131,9 +144,7 @@ NumpyArgs numpy_args(const py::array& x, py::handle out, int out_mode, int size)
                                            " like x, got one of " + std::string(py::str(y.dtype())));
     if (!(y.flags() & py::array::c_style))
       throw Error(ErrorKind::argument, "out must be C-contiguous (got strides " + strides_of(y) + ")");
-    if (size_t(y.size()) != m)
-      throw Error(ErrorKind::argument, "out has " + std::to_string(y.size()) + " elements but the result has " +
-                                           std::to_string(m));
+    check_out_elems(size_t(y.size()), m);
     if (!y.writeable()) throw Error(ErrorKind::argument, "out is read-only");
     refuse_partial_overlap(x.data(), size_t(x.nbytes()), y.data(), size_t(y.nbytes()), out_mode == 0);
   }
@@ -178,7 +189,12 @@ PYBIND11_MODULE(_core, m) {
     return py::make_tuple(t.y, reinterpret_cast<uintptr_t>(t.xp), reinterpret_cast<uintptr_t>(t.yp), t.n, t.dt);
   });
   m.def("check_combination", &check_combination);
-  m.def("refuse_partial_overlap", [](uintptr_t x, size_t xbytes, uintptr_t y, size_t ybytes, bool in_place_ok) {
+  m.def("unsupported_dtype", &unsupported_dtype, "Raises the CodecError of a dtype that is not in DTYPES");
+  m.def("result_elems", &result_elems);
+  // A given out of `got` elements at y, for a result of m (ybytes) and x at x (xbytes).
+  m.def("check_out", [](uintptr_t x, size_t xbytes, uintptr_t y, size_t ybytes, size_t got, size_t m,
+                        bool in_place_ok) {
+    check_out_elems(got, m);
     refuse_partial_overlap(reinterpret_cast<const void*>(x), xbytes, reinterpret_cast<const void*>(y), ybytes,
                            in_place_ok);
   });
