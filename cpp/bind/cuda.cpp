@@ -6,6 +6,7 @@
 #include <string>
 
 #include "../codecs/cuda/codec_cuda.h"
+#include "../codecs/cuda/runtime.h"
 #include "../codecs/host_codec.h"
 #include "../coll/coll.h"
 #include "../core/errors.h"
@@ -45,7 +46,7 @@ void mpicomp::bind_cuda(py::module_& m) {
     int dev = device_of(reinterpret_cast<void*>(x), "x");
     if (device_of(reinterpret_cast<void*>(y), "out") != dev)
       throw Error(ErrorKind::argument, "x and out are on different GPUs");
-    if (cudaSetDevice(dev) != cudaSuccess) throw Error(ErrorKind::backend, "cudaSetDevice failed");
+    cuda::DeviceScope on(dev);
     CollArgs a = coll_args(codec, block, dtype, count, avg, residual);
     a.engine = &cuda_engine(stream_of(stream), mpi_cuda_aware());
     try {
