@@ -10,10 +10,9 @@
 
 namespace mpicomp {
 
-// The MPI_Comm of an mpi4py communicator. Defined in module.cpp, the one file that includes
-// mpi4py.h: its C API is a set of static pointers per translation unit, which import_mpi4py()
-// fills in the file that calls it only (another file's calls would go through null).
-MPI_Comm comm_of(pybind11::handle obj);
+#ifdef MPICOMP_WITH_CUDA
+void bind_cuda(pybind11::module_& m);  // cuda.cpp: the GPU functions of the module
+#endif
 
 inline CollArgs coll_args(int codec, uint32_t block, int dtype, size_t count, bool avg, uintptr_t residual) {
   CollArgs a;

@@ -6,10 +6,12 @@
 #include <string>
 
 #include "../codecs/cuda/codec_cuda.h"
-#include "../codecs/lossless.h"
+#include "../codecs/cuda/runtime.h"
+#include "../codecs/host_codec.h"
 #include "../coll/coll.h"
 #include "../core/errors.h"
 #include "args.h"
+#include "comm.h"
 
 namespace py = pybind11;
 using namespace mpicomp;
@@ -34,7 +36,7 @@ cudaStream_t stream_of(uintptr_t s) {
 
 }  // namespace
 
-void bind_cuda(py::module_& m) {
+void mpicomp::bind_cuda(py::module_& m) {
   // A collective on device buffers (x, y and the residual on one GPU), on the caller's
   // stream; returns when the results are in y. count as for the host bindings.
   m.def("cuda_collective", [](int coll, py::handle comm, uintptr_t x, uintptr_t y, size_t count, int dtype,
@@ -44,7 +46,7 @@ void bind_cuda(py::module_& m) {
     int dev = device_of(reinterpret_cast<void*>(x), "x");
     if (device_of(reinterpret_cast<void*>(y), "out") != dev)
       throw Error(ErrorKind::argument, "x and out are on different GPUs");
-    if (cudaSetDevice(dev) != cudaSuccess) throw Error(ErrorKind::backend, "cudaSetDevice failed");
+    cuda::DeviceScope on(dev);
     CollArgs a = coll_args(codec, block, dtype, count, avg, residual);
     a.engine = &cuda_engine(stream_of(stream), mpi_cuda_aware());
     try {

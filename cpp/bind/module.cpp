@@ -1,13 +1,12 @@
 // The private extension mpicomp._core: thin wrappers that take buffers as addresses (the
 // Python layer has already checked them), then run the C++ core without the GIL.
 #include <mpi.h>
-#include <mpi4py/mpi4py.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include "../codecs/codec.h"
-#include "../codecs/lossless.h"
+#include "../codecs/host_codec.h"
 #include "../coll/coll.h"
 #include "../coll/config.h"
 #include "../coll/deadline.h"
@@ -15,19 +14,10 @@
 #include "../coll/stats.h"
 #include "../core/errors.h"
 #include "args.h"
+#include "comm.h"
 
 namespace py = pybind11;
 using namespace mpicomp;
-
-#ifdef MPICOMP_WITH_CUDA
-void bind_cuda(py::module_& m);  // cuda.cpp
-#endif
-
-MPI_Comm mpicomp::comm_of(py::handle obj) {
-  MPI_Comm* c = PyMPIComm_Get(obj.ptr());
-  if (!c) throw py::error_already_set();
-  return *c;
-}
 
 namespace {
 
@@ -55,9 +45,30 @@ std::string strides_of(const py::array& a) {
   return s + (a.ndim() == 1 ? ",)" : ")");
 }
 
-// Checks a numpy input and output of a collective in one call (every call makes it, so it
-// must be cheap): returns (out, x address, out address, x elements, dtype id), allocating
-// out when None. out_mode: 0 out is like x, 1 out has count/size elements, 2 count*size.
+// The argument checks of every kind of array: numpy's below call them directly, torch's and
+// cupy's (_buffers.py) through the bindings, so that each rule and its message exist once.
+
+// `shown` is how the caller's library writes the dtype.
+[[noreturn]] void unsupported_dtype(const std::string& name, const std::string& shown) {
+  throw Error(ErrorKind::codec, name + " has dtype " + shown + ", which mpicomp does not support");
+}
+
+// The elements of a collective's output for n of input. out_mode: 0 out is like x, 1 out has
+// n/size elements, 2 n*size.
+size_t result_elems(size_t n, int out_mode, int size) {
+  if (out_mode == 1 && n % size_t(size))
+    throw Error(ErrorKind::argument, "reduce_scatter: x has " + std::to_string(n) +
+                                         " elements, which is not a multiple of the communicator size " +
+                                         std::to_string(size));
+  return out_mode == 1 ? n / size_t(size) : out_mode == 2 ? n * size_t(size) : n;
+}
+
+void check_out_elems(size_t got, size_t m) {
+  if (got != m)
+    throw Error(ErrorKind::argument, "out has " + std::to_string(got) + " elements but the result has " +
+                                         std::to_string(m));
+}
+
 // The DType of a contiguous array of a supported dtype; `name` is the argument's name.
 int checked_dtype(const py::array& a, const char* name) {
   if (!(a.flags() & py::array::c_style))
@@ -71,9 +82,7 @@ int checked_dtype(const py::array& a, const char* name) {
                                          std::string(py::str(a.dtype().attr("str"))) + "); pass " + name +
                                          ".astype(" + name + ".dtype.newbyteorder('='))");
   int dt = numpy_dtype(a.dtype().char_());
-  if (dt < 0)
-    throw Error(ErrorKind::codec, std::string(name) + " has dtype " + std::string(py::str(a.dtype())) +
-                                      ", which mpicomp does not support");
+  if (dt < 0) unsupported_dtype(name, py::str(a.dtype()));
   return dt;
 }
 
@@ -115,18 +124,12 @@ void refuse_partial_overlap(const void* x, size_t xbytes, const void* y, size_t 
                                        "an array that does not share x's memory");
 }
 
+// Checks a numpy input and output of a collective in one call (every call makes it, so it
+// must be cheap): returns (out, x address, out address, x elements, dtype id), allocating
+// out when None. out_mode as for result_elems.
 NumpyArgs numpy_args(const py::array& x, py::handle out, int out_mode, int size) {
   int dt = checked_dtype(x, "x");
-  size_t n = size_t(x.size()), m = n;
-  if (out_mode == 1) {
-    if (n % size_t(size))
-      throw Error(ErrorKind::argument, "reduce_scatter: x has " + std::to_string(n) +
-                                           " elements, which is not a multiple of the communicator size " +
-                                           std::to_string(size));
-    m = n / size_t(size);
-  } else if (out_mode == 2) {
-    m = n * size_t(size);
-  }
+  const size_t n = size_t(x.size()), m = result_elems(n, out_mode, size);
   py::array y;
   if (out.is_none()) {
     y = out_mode == 0 ? py::array(x.dtype(), std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()))
@@ -141,9 +144,7 @@ NumpyArgs numpy_args(const py::array& x, py::handle out, int out_mode, int size)
                                            " like x, got one of " + std::string(py::str(y.dtype())));
     if (!(y.flags() & py::array::c_style))
       throw Error(ErrorKind::argument, "out must be C-contiguous (got strides " + strides_of(y) + ")");
-    if (size_t(y.size()) != m)
-      throw Error(ErrorKind::argument, "out has " + std::to_string(y.size()) + " elements but the result has " +
-                                           std::to_string(m));
+    check_out_elems(size_t(y.size()), m);
     if (!y.writeable()) throw Error(ErrorKind::argument, "out is read-only");
     refuse_partial_overlap(x.data(), size_t(x.nbytes()), y.data(), size_t(y.nbytes()), out_mode == 0);
   }
@@ -153,7 +154,7 @@ NumpyArgs numpy_args(const py::array& x, py::handle out, int out_mode, int size)
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
-  if (import_mpi4py() < 0) throw py::error_already_set();
+  import_mpi4py_api();
 
   py::register_exception_translator([](std::exception_ptr p) {
     try {
@@ -169,12 +170,31 @@ PYBIND11_MODULE(_core, m) {
     }
   });
 
+  // The ids the Python layer passes back in every call, and the frame layout its frame
+  // checks read: defined once, in format.h and handshake.h.
+  py::dict dtypes, codecs, colls;
+  for (int i = 0; i < kDTypes; ++i)
+    dtypes[dtype_name(DType(i))] = py::make_tuple(i, dtype_size(DType(i)), is_float(DType(i)));
+  for (int i = 0; i < kCodecs; ++i) codecs[codec_name(CodecId(i))] = i;
+  for (Coll c : {Coll::allreduce, Coll::reduce_scatter, Coll::allgather}) colls[coll_name(c)] = int(c);
+  m.attr("DTYPES") = dtypes;  // name: (id, bytes per element, floating point)
+  m.attr("CODEC_IDS") = codecs;
+  m.attr("COLL_IDS") = colls;
+  m.attr("FRAME_ALIGN") = kFrameAlign;
+  m.attr("CHUNK_BYTES") = kChunkBytes;
+  m.attr("RAW_CHUNK") = kRawChunk;
+
   m.def("numpy_args", [](const py::array& x, py::handle out, int out_mode, int size) {
     NumpyArgs t = numpy_args(x, out, out_mode, size);
     return py::make_tuple(t.y, reinterpret_cast<uintptr_t>(t.xp), reinterpret_cast<uintptr_t>(t.yp), t.n, t.dt);
   });
   m.def("check_combination", &check_combination);
-  m.def("refuse_partial_overlap", [](uintptr_t x, size_t xbytes, uintptr_t y, size_t ybytes, bool in_place_ok) {
+  m.def("unsupported_dtype", &unsupported_dtype, "Raises the CodecError of a dtype that is not in DTYPES");
+  m.def("result_elems", &result_elems);
+  // A given out of `got` elements at y, for a result of m (ybytes) and x at x (xbytes).
+  m.def("check_out", [](uintptr_t x, size_t xbytes, uintptr_t y, size_t ybytes, size_t got, size_t m,
+                        bool in_place_ok) {
+    check_out_elems(got, m);
     refuse_partial_overlap(reinterpret_cast<const void*>(x), xbytes, reinterpret_cast<const void*>(y), ybytes,
                            in_place_ok);
   });

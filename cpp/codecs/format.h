@@ -40,6 +40,7 @@
 namespace mpicomp {
 
 enum class DType : uint8_t { f32 = 0, f16 = 1, bf16 = 2, f64 = 3, i8 = 4, u8 = 5, i16 = 6, i32 = 7, i64 = 8 };
+constexpr int kDTypes = 9;
 enum class CodecId : uint8_t { none = 0, fp16 = 1, bf16 = 2, int8 = 3, int4 = 4, sign = 5, lz4 = 6, bitcomp = 7, ans = 8 };
 
 // Spec names (as mpicomp.codec() takes them) by CodecId; the last two run on GPUs only.

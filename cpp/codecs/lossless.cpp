@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "../core/errors.h"
-#include "codec.h"
 
 namespace mpicomp {
 namespace {
@@ -77,7 +76,9 @@ size_t chunk_len(size_t raw, size_t i) { return std::min(kChunkBytes, raw - i * 
                                       " encodes and decodes on a GPU only (nvCOMP); give it device buffers");
 }
 
-size_t frame_encode(CodecId c, const uint8_t* x, size_t raw, uint8_t* out) {
+}  // namespace
+
+size_t host_frame_encode(CodecId c, const uint8_t* x, size_t raw, uint8_t* out) {
   if (c != CodecId::lz4) gpu_only(c);
   const size_t m = frame_chunks(raw);
   size_t pos = frame_header_bytes(m);
@@ -98,7 +99,7 @@ size_t frame_encode(CodecId c, const uint8_t* x, size_t raw, uint8_t* out) {
   return pos;
 }
 
-void frame_decode(CodecId c, const uint8_t* in, size_t raw, uint8_t* y) {
+void host_frame_decode(CodecId c, const uint8_t* in, size_t raw, uint8_t* y) {
   const size_t m = frame_chunks(raw), cap = frame_bound(raw);
   size_t pos = frame_header_bytes(m);
   for (size_t i = 0; i < m; ++i) {
@@ -119,8 +120,6 @@ void frame_decode(CodecId c, const uint8_t* in, size_t raw, uint8_t* y) {
     pos += frame_align(stored);
   }
 }
-
-}  // namespace
 
 size_t lz4_compress_block(const uint8_t* src, size_t n, uint8_t* dst, size_t cap) {
   uint8_t* op = dst;
@@ -174,30 +173,6 @@ bool lz4_decompress_block(const uint8_t* src, size_t n, uint8_t* dst, size_t out
       std::memcpy(dst + op + done, dst + op - offset, std::min(run, mlen - done));
     op += mlen;
   }
-}
-
-size_t host_encode(Spec s, DType t, const void* x, size_t n, float* residual, uint8_t* out) {
-  if (is_lossless(s.id)) return frame_encode(s.id, static_cast<const uint8_t*>(x), n * dtype_size(t), out);
-  cpu_kernels().encode(s, t, x, n, residual, out);
-  return encoded_bytes(s, t, n);
-}
-
-void require_unscaled(float scale) {
-  if (scale != 1.f) throw Error(ErrorKind::argument, "a lossless codec restores bytes: it cannot scale them");
-}
-
-void host_decode(Spec s, DType t, const uint8_t* in, size_t n, float scale, void* y) {
-  if (!is_lossless(s.id)) return cpu_kernels().decode(s, t, in, n, scale, y);
-  require_unscaled(scale);
-  frame_decode(s.id, in, n * dtype_size(t), static_cast<uint8_t*>(y));
-}
-
-void host_decode_accumulate(Spec s, DType t, const uint8_t* in, size_t n, float* acc) {
-  if (!is_lossless(s.id)) return cpu_kernels().decode_accumulate(s, t, in, n, acc);
-  thread_local std::vector<uint8_t> raw;
-  raw.resize(n * dtype_size(t));
-  frame_decode(s.id, in, raw.size(), raw.data());
-  cpu_kernels().decode_accumulate(Spec{}, t, raw.data(), n, acc);
 }
 
 }  // namespace mpicomp

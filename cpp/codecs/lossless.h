@@ -1,6 +1,5 @@
-// Layer 1, host memory: the lossless frames of format.h, and one entry point per operation
-// for every codec (the SIMD kernels for the lossy ones), so that callers need not know which
-// kind of codec they hold.
+// Layer 1, host memory: the lossless frames of format.h (lz4 only; nvCOMP's codecs run on
+// GPUs), and the LZ4 block format they hold, which the stand-in nvCOMP of the tests shares.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -9,18 +8,10 @@
 
 namespace mpicomp {
 
-// Encodes n elements of x into out (room for encoded_bytes(s, t, n)); returns the bytes
-// written: encoded_bytes exactly for lossy codecs, the frame's size for lossless ones.
-// residual: see CpuKernels::encode (lossless codecs drop nothing and take none).
-size_t host_encode(Spec s, DType t, const void* x, size_t n, float* residual, uint8_t* out);
-// Decodes n elements into y, times scale (1 for lossless codecs, which restore the bytes).
-// A frame never makes the decoder read past encoded_bytes(s, t, n) or write past y's n
-// elements: a corrupt one raises a codec Error.
-void host_decode(Spec s, DType t, const uint8_t* in, size_t n, float scale, void* y);
-void host_decode_accumulate(Spec s, DType t, const uint8_t* in, size_t n, float* acc);
-// A lossless codec restores the bytes it was given: a decode that would also scale them (an
-// average) raises an argument Error, on the host and on the GPU alike.
-void require_unscaled(float scale);
+// The frame of `raw` bytes of x in out (room for frame_bound(raw)); returns its size.
+size_t host_frame_encode(CodecId c, const uint8_t* x, size_t raw, uint8_t* out);
+// Restores the `raw` bytes of the frame at in; a corrupt frame raises a codec Error.
+void host_frame_decode(CodecId c, const uint8_t* in, size_t raw, uint8_t* y);
 
 // One LZ4 block (the lz4 library's block format) of src, if it is shorter than `cap` bytes;
 // returns its size, or 0 when it does not fit.

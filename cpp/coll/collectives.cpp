@@ -124,7 +124,7 @@ void via_host(Coll coll, MPI_Comm comm, const void* x, size_t x_bytes, void* y, 
 
 // Sums n elements of x (dtype t) over all ranks inside the agreement (sig.eager), and stores
 // elements [first, first + len) of the sum (the mean with avg) into y as t; kind is sum or
-// halve (handshake.h). The sum goes straight into y when y takes all of it and t is summed
+// halve (handshake.h: eager_collective). The sum goes straight into y when y takes all of it and t is summed
 // as itself (no 16-bit widening).
 void eager_sum(MPI_Comm comm, const Signature& sig, Engine& e, Payload::Kind kind, DType t, const void* x, size_t n,
                size_t first, size_t len, bool avg, int size, void* y) {
@@ -133,13 +133,13 @@ void eager_sum(MPI_Comm comm, const Signature& sig, Engine& e, Payload::Kind kin
   if (a != dtype_size(t)) {  // 16-bit floats: summed as float32
     float* wide = whole.get<float>(n);
     e.load(t, x, n, nullptr, wide);
-    handshake(comm, sig, Payload{kind, wide, wide, n});
+    eager_collective(comm, sig, Payload{kind, wide, wide, n});
     e.store(wide + first, len, avg ? 1.f / float(size) : 1.f, t, y);
     return;
   }
   void* sum = y;
   if (len != n) sum = whole.get(n * a);
-  handshake(comm, sig, Payload{kind, x, sum, n});
+  eager_collective(comm, sig, Payload{kind, x, sum, n});
   if (sum != y && len) std::memcpy(y, static_cast<char*>(sum) + first * a, len * a);
   if (avg) divide(y, t, len, size);
 }
@@ -163,7 +163,7 @@ void reject(MPI_Comm comm, Coll coll) {
   Signature s;
   s.coll = coll;
   s.invalid = 1;
-  handshake(comm, s);
+  agree(comm, s);
 }
 
 void allreduce(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
@@ -187,7 +187,7 @@ void allreduce(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
     return via_host(Coll::allreduce, comm, x, bytes, y, bytes, a);
   if (sig.eager) return eager_sum(comm, sig, e, Payload::sum, a.dtype, x, a.count, 0, a.count, a.avg, ci.size, y);
 
-  handshake(comm, sig);
+  agree(comm, sig);
   if (a.count == 0) return;
   if (sig.wire == CodecId::none && mt != MPI_DATATYPE_NULL) {
     mpic::allreduce(x == y ? MPI_IN_PLACE : x, y, a.count, mt, MPI_SUM, comm);
@@ -238,7 +238,7 @@ void reduce_scatter(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
     return via_host(Coll::reduce_scatter, comm, x, total * dtype_size(a.dtype), y, a.count * dtype_size(a.dtype), a);
   if (sig.eager)
     return eager_sum(comm, sig, e, Payload::halve, a.dtype, x, total, a.count * ci.rank, a.count, a.avg, ci.size, y);
-  handshake(comm, sig);
+  agree(comm, sig);
   if (a.count == 0) return;
   if (sig.wire == CodecId::none && mt != MPI_DATATYPE_NULL) {
     mpic::reduce_scatter_block(x, y, a.count, mt, MPI_SUM, comm);
@@ -264,8 +264,8 @@ void allgather(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   const size_t block = a.count * dtype_size(a.dtype);
   sig.eager = rides_agreement(sig, cfg, block * ci.size <= cfg.eager_bytes, ci.size == 2);
   if (a.engine && sig.wire == CodecId::none) return via_host(Coll::allgather, comm, x, block, y, block * ci.size, a);
-  if (sig.eager) return handshake(comm, sig, Payload{Payload::gather, x, y, block});
-  handshake(comm, sig);
+  if (sig.eager) return eager_collective(comm, sig, Payload{Payload::gather, x, y, block});
+  agree(comm, sig);
   if (a.count == 0) return;
   MPI_Datatype mt = mpi_type(a.dtype);
   if (sig.wire == CodecId::none) {

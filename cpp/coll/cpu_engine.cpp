@@ -1,7 +1,7 @@
 #include <algorithm>
 
 #include "../codecs/codec.h"
-#include "../codecs/lossless.h"
+#include "../codecs/host_codec.h"
 #include "engine.h"
 #include "scratch.h"
 

@@ -7,7 +7,7 @@
 // earlier kernels on it finish before a collective reads its input.
 #include "../codecs/cuda/codec_cuda.h"
 #include "../codecs/cuda/runtime.h"
-#include "../codecs/lossless.h"
+#include "../codecs/host_codec.h"
 #include "engine.h"
 
 namespace mpicomp {
@@ -99,7 +99,7 @@ struct CudaEngine final : Engine {
 }  // namespace
 
 Engine& cuda_engine(void* stream, bool direct) {
-  thread_local CudaEngine e;  // a worker thread (iallreduce) has its own buffers
+  CudaEngine& e = cuda::per_device<CudaEngine>();  // a worker thread (iallreduce) has its own buffers
   e.stream = static_cast<cudaStream_t>(stream);
   e.direct = direct;
   return e;

@@ -14,7 +14,7 @@ namespace mpicomp {
 
 struct Engine {
   virtual ~Engine() = default;
-  // Encode n elements of x (dtype t, engine memory) into wire; see host_encode (lossless.h),
+  // Encode n elements of x (dtype t, engine memory) into wire; see host_encode (host_codec.h),
   // whose byte count it returns. The bytes are in place (ready to send) when it returns.
   virtual size_t encode(Spec s, DType t, const void* x, size_t n, float* residual, uint8_t* wire) = 0;
   virtual void decode(Spec s, DType t, const uint8_t* wire, size_t n, float scale, void* y) = 0;

@@ -240,8 +240,8 @@ const char* coll_name(Coll c) {
   }
 }
 const char* dtype_name(DType t) {
-  static const char* names[] = {"float32", "float16", "bfloat16", "float64", "int8",
-                                "uint8",   "int16",   "int32",    "int64"};
+  static const char* names[kDTypes] = {"float32", "float16", "bfloat16", "float64", "int8",
+                                       "uint8",   "int16",   "int32",    "int64"};
   return names[int(t)];
 }
 
@@ -256,7 +256,9 @@ std::string describe(const Signature& s) {
   return d;
 }
 
-void handshake(MPI_Comm comm, const Signature& mine, const Payload& data) {
+namespace {
+
+void exchange(MPI_Comm comm, const Signature& mine, const Payload& data) {
   CommInfo ci(comm);
   Exchange ex;
   std::memset(&ex.mine, 0, sizeof(Header));
@@ -292,5 +294,11 @@ void handshake(MPI_Comm comm, const Signature& mine, const Payload& data) {
     throw Error(ErrorKind::shape_mismatch, msg);
   }
 }
+
+}  // namespace
+
+void agree(MPI_Comm comm, const Signature& mine) { exchange(comm, mine, Payload{}); }
+
+void eager_collective(MPI_Comm comm, const Signature& mine, const Payload& data) { exchange(comm, mine, data); }
 
 }  // namespace mpicomp

@@ -1,8 +1,8 @@
 // Agreement before every collective: all ranks exchange what they are about to do (the
 // collective, codec, dtype, count, op) by recursive doubling, so a disagreement is found on
 // every rank, in log2(size) rounds, with every message matched: the communicator stays
-// usable. Uncompressed collectives (small ones; on two ranks all) carry their data along and
-// are complete when it returns.
+// usable. The same messages can carry an uncompressed collective's data (eager_collective:
+// small ones; on two ranks all), which then costs one exchange pattern in all.
 #pragma once
 #include <mpi.h>
 
@@ -35,11 +35,10 @@ struct Signature {
 
 std::string describe(const Signature& s);
 
-// Data that travels with the agreement, so that an uncompressed collective costs one
-// exchange pattern in all (the agreement and the data share every message).
+// Data that travels with the agreement (the agreement and the data share every message).
 struct Payload {
   enum Kind : uint8_t {
-    none,
+    none,    // agree() alone
     sum,     // in, out: count elements; out = the sum over ranks (recursive doubling)
     halve,   // in, out: count elements in `size` equal parts; part `rank` of out = the sum of
              // everyone's part `rank`, the rest of out is scratch (on two ranks half the
@@ -52,10 +51,13 @@ struct Payload {
   size_t count = 0;
 };
 
-// Exchanges `mine` with all ranks of comm, moving `data` on the way (sums in the accumulation
-// type of mine.dtype: float32 for 16-bit floats). Throws ShapeMismatchError on every rank
-// when any two disagree; every message is matched either way.
-void handshake(MPI_Comm comm, const Signature& mine, const Payload& data = Payload{});
+// Exchanges `mine` with all ranks of comm. Throws ShapeMismatchError on every rank when any
+// two disagree; every message is matched either way.
+void agree(MPI_Comm comm, const Signature& mine);
+// An uncompressed collective whose data moves in agree()'s messages (sums in the
+// accumulation type of mine.dtype: float32 for 16-bit floats); complete when it returns, and
+// it throws as agree() does, the data then unused.
+void eager_collective(MPI_Comm comm, const Signature& mine, const Payload& data);
 
 // Bytes per element in which eager payloads are summed: float32 for 16-bit floats, else the
 // dtype itself.

@@ -30,8 +30,8 @@ std::thread g_worker;
 bool g_stop = false;
 
 int query(void* state, MPI_Status* status) {
-  MPI_Status_set_elements(status, MPI_BYTE, 0);
-  MPI_Status_set_cancelled(status, 0);
+  PMPI_Status_set_elements(status, MPI_BYTE, 0);
+  PMPI_Status_set_cancelled(status, 0);
   status->MPI_SOURCE = MPI_UNDEFINED;
   status->MPI_TAG = MPI_UNDEFINED;
   status->MPI_ERROR = static_cast<Job*>(state)->error;

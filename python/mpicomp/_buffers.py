@@ -3,13 +3,14 @@ arrays with ``__cuda_array_interface__`` (cupy) in GPU memory. Checked at the bo
 the C++ core only ever sees a valid address, an element count, a dtype and, for GPU memory,
 the stream the caller's work is on. numpy arrays are checked in C++ (_core.numpy_args):
 that check runs on every call and must cost well under a microsecond next to a small
-message's latency."""
+message's latency. The rules all kinds of arrays share (supported dtypes, output sizes,
+overlap) are written there once; the other kinds call them."""
 
 import numpy as np
 
 from . import _core
 from .codecs import _ITEMSIZE, DTYPE_IDS, _dtype_name
-from .errors import ArgumentError, BackendError, CodecError
+from .errors import ArgumentError, BackendError
 
 __all__ = ["collective_args", "array_info", "dtype_name"]
 _NAMES = {i: name for name, i in DTYPE_IDS.items()}
@@ -33,10 +34,10 @@ def _usable_gpu(name):
 
 
 def _checked_dtype(dtype, name):
-    d = _dtype_name(dtype)
-    if d not in DTYPE_IDS:
-        raise CodecError(f"{name} has dtype {dtype}, which mpicomp does not support")
-    return DTYPE_IDS[d]
+    dt = DTYPE_IDS.get(_dtype_name(dtype))
+    if dt is None:
+        _core.unsupported_dtype(name, str(dtype))
+    return dt
 
 
 def _torch_info(x, name):
@@ -121,10 +122,7 @@ def collective_args(x, out, out_mode, size):
     if type(x) is np.ndarray:
         return (*_core.numpy_args(x, out, out_mode, size), None)
     xptr, n, dt, stream = buffer_info(x, "x")
-    if out_mode == 1 and n % size:
-        raise ArgumentError(f"reduce_scatter: x has {n} elements, which is not a multiple of the "
-                            f"communicator size {size}")
-    m = n if out_mode == 0 else n // size if out_mode == 1 else n * size
+    m = _core.result_elems(n, out_mode, size)
     if out is None:
         out = new_like(x, tuple(x.shape) if out_mode == 0 else (m,))
     elif _kind(out) != _kind(x) or str(out.dtype) != str(x.dtype):
@@ -134,8 +132,6 @@ def collective_args(x, out, out_mode, size):
     yptr, got, _, ystream = buffer_info(out, "out")
     if (ystream is None) != (stream is None):
         raise ArgumentError("out must be in the same kind of memory as x (both host or both GPU)")
-    if got != m:
-        raise ArgumentError(f"out has {got} elements but the result has {m}")
     size = _ITEMSIZE[_NAMES[dt]]
-    _core.refuse_partial_overlap(xptr, n * size, yptr, m * size, out_mode == 0)
+    _core.check_out(xptr, n * size, yptr, m * size, got, m, out_mode == 0)
     return out, xptr, yptr, n, dt, stream

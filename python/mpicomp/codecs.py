@@ -24,17 +24,17 @@ from .errors import ArgumentError, BackendError, CodecError
 
 __all__ = ["Codec", "codec", "available_codecs"]
 
-_FLOAT_DTYPES = {"float32": 0, "float16": 1, "bfloat16": 2, "float64": 3}
-_INT_DTYPES = {"int8": 4, "uint8": 5, "int16": 6, "int32": 7, "int64": 8}
-DTYPE_IDS = {**_FLOAT_DTYPES, **_INT_DTYPES}
-_ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 1, "uint8": 1, "int16": 2,
-             "int32": 4, "int64": 8}
+# The core's tables (format.h), by name.
+DTYPE_IDS = {name: i for name, (i, _, _) in _core.DTYPES.items()}
+_ITEMSIZE = {name: size for name, (_, size, _) in _core.DTYPES.items()}
+_INT_DTYPES = {name for name, (_, _, floating) in _core.DTYPES.items() if not floating}
+_IDS = _core.CODEC_IDS
 
 
 class Codec:
     """A codec with its options. ``name`` is the spec name, ``options`` its keyword options."""
 
-    id = 0
+    id = _IDS["none"]
     name = "none"
     _options = {}
     device_only = False  # whether it runs on GPU buffers only
@@ -77,7 +77,7 @@ class Codec:
         if dtype_name not in DTYPE_IDS:
             raise CodecError(f"{argument} has dtype {dtype_name}, which mpicomp does not support "
                              f"(float32, float16, bfloat16, float64, or an integer type with codec 'none')")
-        if dtype_name in _INT_DTYPES and self.id != 0:
+        if dtype_name in _INT_DTYPES and self.id != _IDS["none"]:
             raise CodecError(f"codec {self.name!r} compresses floating-point data only, but {argument} has dtype "
                              f"{dtype_name}; use codec='none' for integer arrays")
         if dtype_name == "float64" and not self.exact:
@@ -146,7 +146,7 @@ class Codec:
 class NoneCodec(Codec):
     """No compression: the input's bytes as they are. Exact."""
 
-    name, id, exact = "none", 0, True
+    name, id, exact = "none", _IDS["none"], True
 
     def tolerance(self, x):
         return np.zeros(np.shape(x))
@@ -157,7 +157,7 @@ class Fp16Codec(Codec):
     ``2**-11 * |x|`` for ``6.1e-5 <= |x| < 65504``, ``2**-25`` below; values of magnitude
     65520 and above become Inf (outside float16's range)."""
 
-    name, id = "fp16", 1
+    name, id = "fp16", _IDS["fp16"]
 
     def tolerance(self, x):
         a = np.abs(np.asarray(x, np.float64))
@@ -168,7 +168,7 @@ class Bf16Codec(Codec):
     """bfloat16 (float32's exponent, 8 significant bits), round to nearest even. Error per
     element at most ``2**-8 * |x|`` (relative), for any finite float32 input."""
 
-    name, id = "bf16", 2
+    name, id = "bf16", _IDS["bf16"]
 
     def tolerance(self, x):
         a = np.abs(np.asarray(x, np.float64))
@@ -210,7 +210,7 @@ class Int8Codec(_BlockCodec):
     value within that distance of a half step onto the farther level). Ratio for float32:
     3.94 at block 256."""
 
-    name, id = "int8", 3
+    name, id = "int8", _IDS["int8"]
 
     def tolerance(self, x):
         _, am = self._block_absmax(x)
@@ -223,7 +223,7 @@ class Int4Codec(_BlockCodec):
     Error per element at most ``absmax / 14`` plus float32 rounding, ``2**-22 * absmax`` (as
     int8). Ratio for float32: 7.76 at block 256."""
 
-    name, id = "int4", 4
+    name, id = "int4", _IDS["int4"]
 
     def tolerance(self, x):
         _, am = self._block_absmax(x)
@@ -238,7 +238,7 @@ class SignCodec(_BlockCodec):
     (1-bit SGD, Seide et al. 2014; signSGD with error feedback, Karimireddy et al. 2019).
     Ratio for float32: 28.4 at block 256."""
 
-    name, id = "sign", 5
+    name, id = "sign", _IDS["sign"]
 
     def tolerance(self, x):
         _, am = self._block_absmax(x)
@@ -295,7 +295,7 @@ class PowerSGDCodec(Codec):
     decode = encode
 
 
-_FRAME_ALIGN, _CHUNK_BYTES = 16, 65536  # format.h: kFrameAlign, kChunkBytes
+_FRAME_ALIGN, _CHUNK_BYTES = _core.FRAME_ALIGN, _core.CHUNK_BYTES
 
 
 class _LosslessCodec(Codec):
@@ -322,7 +322,7 @@ class _LosslessCodec(Codec):
         header = -(-4 * chunks // _FRAME_ALIGN) * _FRAME_ALIGN
         if data.size < header:
             raise CodecError(f"{self.name} frame cut short: {data.size} bytes, its header alone has {header}")
-        stored = data[:4 * chunks].view("<u4") & 0x7FFFFFFF
+        stored = data[:4 * chunks].view("<u4") & ~np.uint32(_core.RAW_CHUNK)
         size = header + int(np.sum(-(-stored.astype(np.int64) // _FRAME_ALIGN) * _FRAME_ALIGN))
         if size != data.size:
             raise CodecError(f"{self.name} frame damaged: its header describes {size} bytes, the data has {data.size}")
@@ -342,7 +342,7 @@ class Lz4Codec(_LosslessCodec):
     other's bytes. Fast; shrinks data with repeated byte runs (zeros, sparse or padded
     gradients), little else: float32 noise stays ~1.0x."""
 
-    name, id = "lz4", 6
+    name, id = "lz4", _IDS["lz4"]
 
 
 class NvcompLz4Codec(Lz4Codec):
@@ -355,14 +355,14 @@ class NvcompBitcompCodec(_LosslessCodec):
     """nvCOMP's Bitcomp (GPU buffers only), its compressor for numerical data, run on the
     dtype's words (16, 32 or 64 bits)."""
 
-    name, id, device_only = "nvcomp-bitcomp", 7, True
+    name, id, device_only = "nvcomp-bitcomp", _IDS["nvcomp-bitcomp"], True
 
 
 class NvcompAnsCodec(_LosslessCodec):
     """nvCOMP's ANS (GPU buffers only): rANS entropy coding, told that the bytes are float16
     or float32 words for those dtypes (nvCOMP's float modes)."""
 
-    name, id, device_only = "nvcomp-ans", 8, True
+    name, id, device_only = "nvcomp-ans", _IDS["nvcomp-ans"], True
 
 
 # Lossy codecs quantise float32 blocks, which would round float64 silently or overflow it:

@@ -22,8 +22,8 @@ from .feedback import ErrorFeedback
 __all__ = ["allreduce", "reduce_scatter", "allgather", "iallreduce", "ireduce_scatter", "iallgather", "Request", "send",
            "recv"]
 
-_ALLREDUCE, _REDUCE_SCATTER, _ALLGATHER = 1, 2, 3
-_NAMES = {_ALLREDUCE: "allreduce", _REDUCE_SCATTER: "reduce_scatter", _ALLGATHER: "allgather"}
+_ALLREDUCE, _REDUCE_SCATTER, _ALLGATHER = (_core.COLL_IDS[n] for n in ("allreduce", "reduce_scatter", "allgather"))
+_NAMES = {i: name for name, i in _core.COLL_IDS.items()}
 _OUT_MODE = {_ALLREDUCE: 0, _REDUCE_SCATTER: 1, _ALLGATHER: 2}  # collective_args: out's size against x's
 _OPS = {"sum": False, "avg": True}
 _MPI_OPS = ("SUM", "MAX", "MIN", "PROD", "LAND", "LOR", "BAND", "BOR", "MAXLOC", "MINLOC")

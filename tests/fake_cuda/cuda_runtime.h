@@ -2,8 +2,10 @@
 // (tests/test_fake_cuda.py): "device" memory is host memory kept in a registry, so every copy
 // and kernel launch can check that its pointers are of the kind they must be, and work queued
 // on a stream runs at once. Kernels (kernels.cu, compiled as C++) run on the CPU with a warp's
-// lanes as fibers (fake_device.cpp), so warp shuffles and votes behave as on a GPU. Only what
-// mpicomp's CUDA sources use.
+// lanes as fibers (fake_device.cpp), so warp shuffles and votes behave as on a GPU. Two
+// devices, a current one per thread as CUDA keeps it: a kernel given memory of the device
+// that is not current stops, as one without peer access faults. Only what mpicomp's CUDA
+// sources use.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -27,6 +29,7 @@ struct cudaPointerAttributes {
 extern "C" {  // as CUDA's: tests/fake_cuda/python_check.py calls them through ctypes
 cudaError_t cudaGetDeviceCount(int* count);
 cudaError_t cudaSetDevice(int device);
+cudaError_t cudaGetDevice(int* device);
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p);
 cudaError_t cudaMalloc(void** p, size_t bytes);
 cudaError_t cudaFree(void* p);
@@ -38,8 +41,10 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s);
 cudaError_t cudaGetLastError();
 const char* cudaGetErrorString(cudaError_t e);
 
-// The test's view of the registry: whether p lies in memory cudaMalloc returned.
+// The test's view of the registry: whether p lies in memory cudaMalloc returned, and whether
+// on the calling thread's current device.
 bool fake_cuda_is_device(const void* p);
+bool fake_cuda_on_current_device(const void* p);
 }
 
 // ---- device code ----
@@ -101,8 +106,10 @@ void fake_cuda_fail(const char* what, const void* p);
 template <class... A>
 void fake_cuda_launch(unsigned grid, unsigned block, cudaStream_t, std::function<void()> body, const A&... args) {
   auto pointer = [](const auto& a) {
-    if constexpr (std::is_pointer_v<std::decay_t<decltype(a)>>)
+    if constexpr (std::is_pointer_v<std::decay_t<decltype(a)>>) {
       if (a && !fake_cuda_is_device(a)) fake_cuda_fail("kernel argument off the device", a);
+      if (a && !fake_cuda_on_current_device(a)) fake_cuda_fail("kernel argument on a device not current", a);
+    }
   };
   (pointer(args), ...);
   fake_cuda_enqueue([grid, block, body = std::move(body)] { fake_cuda_run(grid, block, body); });

@@ -9,12 +9,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 
 namespace mpicomp {
 size_t lz4_compress_block(const unsigned char* src, size_t n, unsigned char* dst, size_t cap);
 bool lz4_decompress_block(const unsigned char* src, size_t n, unsigned char* dst, size_t out_n);
 }  // namespace mpicomp
 extern "C" bool fake_cuda_is_device(const void* p);  // from the test program (-rdynamic)
+extern "C" bool fake_cuda_on_current_device(const void* p);
 void fake_cuda_enqueue(std::function<void()> work);  // runs when the stream is waited for
 
 namespace {
@@ -31,6 +33,11 @@ void need(bool ok, const char* what) {
   }
 }
 void on_device(const void* p, const char* what) { need(p && fake_cuda_is_device(p), what); }
+// When a batch is queued, as nvCOMP launches it: the arrays it is given are on the current
+// device (chunks are checked when it runs, once the pointer arrays hold them).
+void on_current_device(std::initializer_list<const void*> arrays) {
+  for (const void* p : arrays) need(fake_cuda_on_current_device(p), "memory of a device that is not current");
+}
 
 template <char Tag, size_t Align>
 struct Codec {
@@ -97,12 +104,14 @@ using Ans = Codec<'A', 16>;
   extern "C" Status nvcompBatched##NAME##CompressAsync(const void* const* a, const size_t* b, size_t c, size_t d, \
                                                        void* e, size_t f, void* const* g, size_t* h, Options o,   \
                                                        Status* st, Stream s) {                                \
+    on_current_device({a, b, e, g, h, st});                                                                   \
     fake_cuda_enqueue([=] { C::compress(a, b, c, d, e, f, g, h, o, st, s); });                                \
     return 0;                                                                                                 \
   }                                                                                                           \
   extern "C" Status nvcompBatched##NAME##DecompressAsync(const void* const* a, const size_t* b, const size_t* c, \
                                                          size_t* d, size_t e, void* f, size_t g, void* const* h,  \
                                                          Options o, Status* st, Stream s) {                   \
+    on_current_device({a, b, c, d, f, h, st});                                                                \
     fake_cuda_enqueue([=] { C::decompress(a, b, c, d, e, f, g, h, o, st, s); });                              \
     return 0;                                                                                                 \
   }

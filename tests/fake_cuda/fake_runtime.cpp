@@ -4,7 +4,8 @@
 // Work queued on a stream (kernels, copies between device and pinned memory, memsets,
 // nvCOMP's batches) runs only at the next point that waits for it: cudaStreamSynchronize,
 // cudaFree, a copy from or to pageable memory. That is the latest a GPU may run it, so code
-// that reads a result before waiting for it reads stale bytes here, every time.
+// that reads a result before waiting for it reads stale bytes here, every time. Each
+// allocation belongs to the device current when it was made.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -17,9 +18,15 @@
 namespace {
 constexpr size_t kAlign = 256, kGuard = 64;  // cudaMalloc's alignment; bytes checked each side
 constexpr unsigned char kGuardByte = 0xC3;
+constexpr int kDevices = 2;
+thread_local int t_current = 0;  // as CUDA's: per host thread, device 0 until set
 
+struct Allocation {
+  size_t bytes;
+  int device;
+};
 std::mutex g_mutex;
-std::map<const char*, size_t> g_device, g_pinned;
+std::map<const char*, Allocation> g_device, g_pinned;
 
 // One queue for all streams: order within each stream is kept, and waiting for one stream
 // runs the others' work too, which can only hide a missing wait, never invent one.
@@ -39,34 +46,36 @@ void flush() {
   }
 }
 
-bool inside(const std::map<const char*, size_t>& m, const void* p, size_t bytes) {
+// The device of the allocation that holds [p, p + bytes), or -1 when none does.
+int owner(const std::map<const char*, Allocation>& m, const void* p, size_t bytes) {
   std::lock_guard<std::mutex> g(g_mutex);
   auto c = static_cast<const char*>(p);
   auto it = m.upper_bound(c);
-  if (it == m.begin()) return false;
+  if (it == m.begin()) return -1;
   --it;
-  return c >= it->first && c + bytes <= it->first + it->second;
+  return c >= it->first && c + bytes <= it->first + it->second.bytes ? it->second.device : -1;
 }
+bool inside(const std::map<const char*, Allocation>& m, const void* p, size_t bytes) { return owner(m, p, bytes) >= 0; }
 bool device(const void* p, size_t bytes) { return inside(g_device, p, bytes ? bytes : 1); }
 
-cudaError_t alloc(std::map<const char*, size_t>& m, void** p, size_t bytes) {
+cudaError_t alloc(std::map<const char*, Allocation>& m, void** p, size_t bytes) {
   auto* base = static_cast<unsigned char*>(std::aligned_alloc(kAlign, kAlign + (bytes + kGuard + kAlign - 1) / kAlign * kAlign));
   std::memset(base + kAlign - kGuard, kGuardByte, kGuard);
   std::memset(base + kAlign, 0xA5, bytes);  // garbage, as fresh device memory may hold
   std::memset(base + kAlign + bytes, kGuardByte, kGuard);
   *p = base + kAlign;
   std::lock_guard<std::mutex> g(g_mutex);
-  m[static_cast<const char*>(*p)] = bytes;
+  m[static_cast<const char*>(*p)] = Allocation{bytes, t_current};
   return cudaSuccess;
 }
-cudaError_t release(std::map<const char*, size_t>& m, void* p) {
+cudaError_t release(std::map<const char*, Allocation>& m, void* p) {
   flush();  // as cudaFree: queued work may still use the memory
   size_t bytes;
   {
     std::lock_guard<std::mutex> g(g_mutex);
     auto it = m.find(static_cast<const char*>(p));
     if (it == m.end()) return cudaErrorInvalidValue;
-    bytes = it->second;
+    bytes = it->second.bytes;
     m.erase(it);
   }
   auto* c = static_cast<unsigned char*>(p);
@@ -78,17 +87,24 @@ cudaError_t release(std::map<const char*, size_t>& m, void* p) {
 }  // namespace
 
 extern "C" bool fake_cuda_is_device(const void* p) { return device(p, 1); }
+extern "C" bool fake_cuda_on_current_device(const void* p) { return owner(g_device, p, 1) == t_current; }
 
 void fake_cuda_enqueue(std::function<void()> work) {
   std::lock_guard<std::mutex> g(g_queue_mutex);
   g_queue.push_back(std::move(work));
 }
 
-cudaError_t cudaGetDeviceCount(int* count) { return *count = 1, cudaSuccess; }
-cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidValue; }
+cudaError_t cudaGetDeviceCount(int* count) { return *count = kDevices, cudaSuccess; }
+cudaError_t cudaSetDevice(int device) {
+  if (device < 0 || device >= kDevices) return cudaErrorInvalidValue;
+  t_current = device;
+  return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int* device) { return *device = t_current, cudaSuccess; }
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
-  a->type = device(p, 1) ? cudaMemoryTypeDevice : inside(g_pinned, p, 1) ? cudaMemoryTypeHost : cudaMemoryTypeUnregistered;
-  a->device = a->type == cudaMemoryTypeUnregistered ? -2 : 0;  // as CUDA 11+ reports plain host memory
+  const int dev = owner(g_device, p, 1), pinned = owner(g_pinned, p, 1);
+  a->type = dev >= 0 ? cudaMemoryTypeDevice : pinned >= 0 ? cudaMemoryTypeHost : cudaMemoryTypeUnregistered;
+  a->device = dev >= 0 ? dev : pinned >= 0 ? pinned : -2;  // -2: as CUDA 11+ reports plain host memory
   return cudaSuccess;
 }
 cudaError_t cudaMalloc(void** p, size_t bytes) { return alloc(g_device, p, bytes); }

@@ -3,8 +3,9 @@ PYTHONPATH at a copy of the package whose _core is built over the stand-in CUDA 
 (kernels on the CPU) and MPICOMP_NVCOMP_LIBRARY at the stand-in nvCOMP. DeviceArray stands
 for a cupy array: memory from the stand-in cudaMalloc, handed over by
 __cuda_array_interface__. Every call must give the bytes the same call gives on numpy
-arrays, and bad input the errors it gives there, on every rank.
-    mpiexec -n N python python_check.py
+arrays, and bad input the errors it gives there, on every rank. With "two_devices", only
+the checks of calls on the stand-in's second device.
+    mpiexec -n N python python_check.py [two_devices]
 """
 import ctypes
 import os
@@ -21,6 +22,7 @@ LIB = ctypes.CDLL(_core.__file__)
 LIB.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
 LIB.cudaFree.argtypes = [ctypes.c_void_p]
 LIB.cudaMemcpyAsync.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
+LIB.cudaGetDevice.argtypes = [ctypes.POINTER(ctypes.c_int)]
 HOST_TO_DEVICE, DEVICE_TO_HOST = 1, 2
 
 comm = MPI.COMM_WORLD
@@ -34,15 +36,25 @@ def expect(ok, what):
         print(f"rank {rank}: FAIL {what}", file=sys.stderr, flush=True)
 
 
+def current_device():
+    d = ctypes.c_int(-1)
+    assert LIB.cudaGetDevice(ctypes.byref(d)) == 0
+    return d.value
+
+
 class DeviceArray:
     """A C-contiguous array in stand-in device memory, `offset` bytes into its allocation
-    (as a slice of a larger array would be); `strides` only to be reported."""
+    (as a slice of a larger array would be), on `device` (default: the current one);
+    `strides` only to be reported."""
 
-    def __init__(self, host, offset=0, strides=None):
+    def __init__(self, host, offset=0, strides=None, device=None):
         host = np.ascontiguousarray(host)
         self.shape, self.dtype, self.strides = host.shape, host.dtype, strides
         self._base = ctypes.c_void_p()
+        current = current_device()
+        assert LIB.cudaSetDevice(current if device is None else device) == 0
         assert LIB.cudaMalloc(ctypes.byref(self._base), host.nbytes + offset) == 0
+        assert LIB.cudaSetDevice(current) == 0
         self.ptr = self._base.value + offset
         assert LIB.cudaMemcpyAsync(self.ptr, host.ctypes.data, host.nbytes, HOST_TO_DEVICE, None) == 0
 
@@ -203,15 +215,38 @@ def errors():
     expect(same(dy.get(), mpicomp.allreduce(x, codec="int8"), "int8", "allreduce"), "a call after the errors")
 
 
+def two_devices():
+    """Calls on device 1's arrays while device 0 is current: equal to the host's results,
+    device 0 still current after each, and device 0's buffers (kept per thread between calls)
+    never handed to device 1's kernels and nvCOMP batches, which stop on them."""
+    for name, f, n_in, n_out in COLLECTIVES:
+        for codec in ("int8", "nvcomp-lz4", "none"):
+            x = data(70001 * n_in, np.float32, 11)
+            want = f(x, codec="lz4" if codec == "nvcomp-lz4" else codec)
+            for device in (0, 1, 0):
+                dy = DeviceArray(np.zeros(70001 * n_out, np.float32), device=device)
+                f(DeviceArray(x, device=device), codec=codec, out=dy)
+                what = f"{name} codec {codec} on device {device}"
+                expect(same(dy.get(), want, codec, name), f"{what}: result")
+                expect(current_device() == 0, f"{what}: device {current_device()} current after it, not 0")
+    dy = DeviceArray(np.zeros(50001, np.float32), device=1)
+    mpicomp.iallreduce(DeviceArray(data(50001, np.float32, 5), device=1), codec="int8", out=dy).wait()
+    expect(same(dy.get(), mpicomp.allreduce(data(50001, np.float32, 5), codec="int8"), "int8", "allreduce"),
+           "iallreduce int8 on device 1")
+
+
 def main():
     mpicomp.config.min_bytes = 0
     mpicomp.config.segment_bytes = 64 << 10  # several segments per part
     expect(_core.cuda_available() and mpicomp.codecs.nvcomp_loaded(), "the stand-in GPU and nvCOMP are usable")
-    codec_kernels()
-    collectives()
-    mixed()
-    nonblocking_and_feedback()
-    errors()
+    if sys.argv[1:] == ["two_devices"]:
+        two_devices()
+    else:
+        codec_kernels()
+        collectives()
+        mixed()
+        nonblocking_and_feedback()
+        errors()
     total = comm.allreduce(len(failed))
     if rank == 0:
         print(f"python_check: {total} failed checks", flush=True)

@@ -79,13 +79,12 @@ Options decompress_options(CodecId c) {
   return o;
 }
 
-// Per thread: a worker thread (iallreduce) has its own.
+// Per thread (a worker thread, iallreduce's, has its own) and per device.
 struct Scratch {
   Buffer table{true}, table_dev{false};  // pointer / size arrays and chunk copies, and their device copy
   Buffer header{true}, back{true};       // a frame's header; what nvCOMP reports back
   Buffer slots{false}, temp{false}, aligned{false};
 };
-thread_local Scratch tls;
 
 size_t chunk_len(size_t raw, size_t i) { return std::min(kChunkBytes, raw - i * kChunkBytes); }
 
@@ -138,7 +137,7 @@ size_t frame_encode(CodecId c, DType t, const void* x, size_t raw, uint8_t* out,
   const size_t m = frame_chunks(raw);
   if (!m) return 0;
   cudaStream_t st = static_cast<cudaStream_t>(stream);
-  Scratch& s = tls;
+  Scratch& s = cuda::per_device<Scratch>();
   auto in = static_cast<const uint8_t*>(x);
   if (reinterpret_cast<uintptr_t>(in) % kFrameAlign) {  // nvCOMP's inputs must be aligned
     uint8_t* copy = s.aligned.get<uint8_t>(raw, st);
@@ -202,7 +201,7 @@ void frame_decode(CodecId c, const uint8_t* in, const uint8_t* header, size_t ra
   const size_t m = frame_chunks(raw), hb = frame_header_bytes(m), cap = frame_bound(raw);
   if (!m) return;
   cudaStream_t st = static_cast<cudaStream_t>(stream);
-  Scratch& s = tls;
+  Scratch& s = cuda::per_device<Scratch>();
   if (!header) {
     uint8_t* hh = s.header.get<uint8_t>(hb, st);
     to_host(hh, in, hb, st);

@@ -1,7 +1,9 @@
-// What the CUDA files share: CUDA errors as backend Errors, and buffers that grow on demand.
+// What the CUDA files share: CUDA errors as backend Errors, the current device, and buffers
+// that grow on demand.
 #pragma once
 #include <cuda_runtime.h>
 
+#include <map>
 #include <string>
 
 #include "../../core/errors.h"
@@ -10,6 +12,34 @@ namespace mpicomp::cuda {
 
 inline void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw Error(ErrorKind::backend, std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+// Makes `device` current for a scope, then the caller's again: the caller's thread must not
+// find itself on another GPU after a call (its next allocation or launch would go there).
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) : device_(device) {
+    check(cudaGetDevice(&previous_), "cudaGetDevice");
+    if (device_ != previous_) check(cudaSetDevice(device_), "cudaSetDevice");
+  }
+  ~DeviceScope() {
+    if (device_ != previous_) cudaSetDevice(previous_);  // a destructor cannot report an error
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int device_, previous_ = 0;
+};
+
+// This thread's T for the current device: memory allocated on one GPU serves only that GPU's
+// calls (another GPU's kernels cannot reach it without peer access).
+template <class T>
+T& per_device() {
+  thread_local std::map<int, T> by_device;
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  return by_device[device];
 }
 
 // Device or pinned host memory that grows, never shrinks, and is reused between calls.

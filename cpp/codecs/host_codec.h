@@ -1,0 +1,25 @@
+// Layer 1, host memory: one entry point per operation for every codec, lossy (the SIMD
+// kernels of codec.h) or lossless (the frames of lossless.h), so that callers need not know
+// which kind of codec they hold.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "format.h"
+
+namespace mpicomp {
+
+// Encodes n elements of x into out (room for encoded_bytes(s, t, n)); returns the bytes
+// written: encoded_bytes exactly for lossy codecs, the frame's size for lossless ones.
+// residual: see CpuKernels::encode (lossless codecs drop nothing and take none).
+size_t host_encode(Spec s, DType t, const void* x, size_t n, float* residual, uint8_t* out);
+// Decodes n elements into y, times scale (1 for lossless codecs, which restore the bytes).
+// A frame never makes the decoder read past encoded_bytes(s, t, n) or write past y's n
+// elements: a corrupt one raises a codec Error.
+void host_decode(Spec s, DType t, const uint8_t* in, size_t n, float scale, void* y);
+void host_decode_accumulate(Spec s, DType t, const uint8_t* in, size_t n, float* acc);
+// A lossless codec restores the bytes it was given: a decode that would also scale them (an
+// average) raises an argument Error, on the host and on the GPU alike.
+void require_unscaled(float scale);
+
+}  // namespace mpicomp
