@@ -17,11 +17,10 @@ element and do no codec work. "%Bound" is bound / measured: 100% runs at the bou
 """
 import os
 import re
-import time
 
 import numpy as np
 
-from .. import _core
+from .codecs import seconds
 
 __all__ = ["Link", "Speeds", "bound_us"]
 
@@ -50,32 +49,12 @@ class Link:
 
 class Speeds:
     """Encode, decode and decode-accumulate seconds per float32 element, per codec, measured
-    on a sample of the run's data."""
+    on a sample of the run's data (as `mpicomp-bench codecs` measures them)."""
 
     def __init__(self, codecs, x):
         n = min(_SAMPLE, x.size) or 1
         sample = np.resize(x, n).astype(np.float32)
-        out, acc = np.empty_like(sample), np.zeros_like(sample)
-        self.per_element = {}
-        for c in codecs:
-            if not c.id:  # none: no codec work
-                continue
-            buf = np.empty(c.encoded_bytes(n), np.uint8)
-            times = [_best(lambda: _core.encode(c.id, c.block, 0, sample.ctypes.data, n, 0, buf.ctypes.data)),
-                     _best(lambda: _core.decode(c.id, c.block, 0, buf.ctypes.data, n, 1.0, out.ctypes.data)),
-                     _best(lambda: _core.decode_accumulate(c.id, c.block, 0, buf.ctypes.data, n,
-                                                           acc.ctypes.data))]
-            self.per_element[c.spec] = [t / n for t in times]
-
-
-def _best(fn, repeats=3):
-    fn()
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+        self.per_element = {c.spec: [t / n for t in seconds(c, sample, 3)] for c in codecs if c.id}  # none: no work
 
 
 def bound_us(op, spec, n, p, ratio, speeds, link):

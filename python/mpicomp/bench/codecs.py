@@ -9,6 +9,9 @@ from .. import _core, available_codecs, codec as get_codec
 from . import inputs, report
 
 
+F32 = _core.DTYPES["float32"][0]
+
+
 def _best(fn, repeats):
     fn()
     best = float("inf")
@@ -19,11 +22,20 @@ def _best(fn, repeats):
     return best
 
 
+def seconds(c, x, repeats):
+    """(encode, decode, decode-accumulate) seconds of codec c on float32 array x, best of
+    repeats, on this thread's SIMD target."""
+    n = x.size
+    buf, y, acc = np.empty(c.encoded_bytes(n), np.uint8), np.empty_like(x), np.zeros_like(x)
+    return (_best(lambda: _core.encode(c.id, c.block, F32, x.ctypes.data, n, 0, buf.ctypes.data), repeats),
+            _best(lambda: _core.decode(c.id, c.block, F32, buf.ctypes.data, n, 1.0, y.ctypes.data), repeats),
+            _best(lambda: _core.decode_accumulate(c.id, c.block, F32, buf.ctypes.data, n, acc.ctypes.data), repeats))
+
+
 def run(args):
     n = args.elements
     x = inputs.make(args.data, n, 0)
     y = np.empty_like(x)
-    acc = np.zeros_like(x)
     specs = args.codecs or [get_codec(s) for s in available_codecs() if s != "none"]
     specs = [c for c in specs if c.id is not None]  # powersgd is an allreduce, not a wire format
     records = []
@@ -39,13 +51,7 @@ def run(args):
             _core.set_cpu_target(target)
             memcpy = x.nbytes / _best(lambda: np.copyto(y, x), args.repeats) / 1e9
             for c in specs:
-                buf = np.empty(c.encoded_bytes(n), np.uint8)
-                enc = _best(lambda: _core.encode(c.id, c.block, 0, x.ctypes.data, n, 0, buf.ctypes.data), args.repeats)
-                dec = _best(lambda: _core.decode(c.id, c.block, 0, buf.ctypes.data, n, 1.0, y.ctypes.data),
-                            args.repeats)
-                dacc = _best(lambda: _core.decode_accumulate(c.id, c.block, 0, buf.ctypes.data, n, acc.ctypes.data),
-                             args.repeats)
-                g = [x.nbytes / s / 1e9 for s in (enc, dec, dacc)]
+                g = [x.nbytes / s / 1e9 for s in seconds(c, x, args.repeats)]
                 t.row(target, c.spec, *g, memcpy, *(v / memcpy for v in g), inputs.ratio(c, x))
                 records.append(dict(op="codec", target=target, codec=c.spec, elements=n, device="cpu",
                                     encode_gbps=g[0], decode_gbps=g[1], decode_accumulate_gbps=g[2],
