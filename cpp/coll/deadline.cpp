@@ -1,7 +1,6 @@
 #include "deadline.h"
 
 #include <chrono>
-#include <mutex>
 #include <cstdio>
 #include <string>
 
@@ -73,13 +72,8 @@ namespace {
 
 // The attribute that marks a communicator on which a call timed out.
 int timed_out_keyval() {
-  static std::mutex m;
-  static int keyval = MPI_KEYVAL_INVALID;
-  std::lock_guard<std::mutex> g(m);
-  if (keyval == MPI_KEYVAL_INVALID)
-    mpi_check(PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, MPI_COMM_NULL_DELETE_FN, &keyval, nullptr),
-              "MPI_Comm_create_keyval");
-  return keyval;
+  static Keyval key;
+  return key.get();
 }
 
 }  // namespace

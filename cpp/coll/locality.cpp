@@ -3,7 +3,6 @@
 // (bench/results, README "Measured"): with Config::skip_local set the collectives then send
 // uncompressed (and count the call as skipped, reason "local"). MPICH run with
 // MPIR_CVAR_NOLOCAL=1 (bench/netem) treats every rank as a node of its own.
-#include <mutex>
 
 #include "coll.h"
 #include "mpi_util.h"
@@ -11,14 +10,8 @@
 namespace mpicomp {
 
 bool node_local(MPI_Comm comm) {
-  static std::mutex m;
-  static int keyval = MPI_KEYVAL_INVALID;
-  {
-    std::lock_guard<std::mutex> g(m);
-    if (keyval == MPI_KEYVAL_INVALID)
-      mpi_check(PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, MPI_COMM_NULL_DELETE_FN, &keyval, nullptr),
-                "MPI_Comm_create_keyval");
-  }
+  static Keyval key;
+  const int keyval = key.get();
   void* value = nullptr;
   int found = 0;
   mpi_check(PMPI_Comm_get_attr(comm, keyval, &value, &found), "MPI_Comm_get_attr");

@@ -3,6 +3,7 @@
 #pragma once
 #include <mpi.h>
 
+#include <mutex>
 #include <string>
 
 #include "../core/errors.h"
@@ -32,6 +33,24 @@ inline MPI_Datatype mpi_type(DType t) {
     default: return MPI_DATATYPE_NULL;
   }
 }
+
+// An attribute key made on first use, whichever thread asks first (two made at once would
+// leave one communicator's value under the key that is then lost). One static per use.
+class Keyval {
+ public:
+  explicit Keyval(MPI_Comm_delete_attr_function* del = MPI_COMM_NULL_DELETE_FN) : del_(del) {}
+  int get() {
+    std::call_once(once_, [this] {
+      mpi_check(PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, del_, &id_, nullptr), "MPI_Comm_create_keyval");
+    });
+    return id_;
+  }
+
+ private:
+  MPI_Comm_delete_attr_function* del_;
+  std::once_flag once_;
+  int id_ = MPI_KEYVAL_INVALID;
+};
 
 struct CommInfo {
   int rank, size;

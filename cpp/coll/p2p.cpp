@@ -65,11 +65,10 @@ int free_pairs(MPI_Comm, int, void* value, void*) {
 }
 
 Pairs& pairs_of(MPI_Comm comm) {
-  static std::mutex m;  // local calls only
-  static int keyval = MPI_KEYVAL_INVALID;
+  static Keyval key(free_pairs);
+  static std::mutex m;  // two threads' first calls on comm make one Pairs
+  const int keyval = key.get();
   std::lock_guard<std::mutex> g(m);
-  if (keyval == MPI_KEYVAL_INVALID)
-    mpi_check(PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, free_pairs, &keyval, nullptr), "MPI_Comm_create_keyval");
   void* value = nullptr;
   int found = 0;
   mpi_check(PMPI_Comm_get_attr(comm, keyval, &value, &found), "MPI_Comm_get_attr");

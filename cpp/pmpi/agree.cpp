@@ -1,5 +1,7 @@
 #include "agree.h"
 
+#include "../coll/mpi_util.h"
+
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -70,22 +72,14 @@ bool differs(const Wire& mine, const Wire& other, std::string out[3]) {
   return false;
 }
 
-int verdict_keyval() {
-  static std::once_flag once;
-  static int keyval = MPI_KEYVAL_INVALID;
-  std::call_once(once, [] {
-    PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, MPI_COMM_NULL_DELETE_FN, &keyval, nullptr);
-  });
-  return keyval;
-}
-
 // Attribute values: the address of one of these two says the verdict.
 char g_agreed, g_differ;
 
 }  // namespace
 
 bool settings_agree(MPI_Comm comm, const Settings& s) {
-  const int keyval = verdict_keyval();
+  static Keyval key;
+  const int keyval = key.get();
   void* value = nullptr;
   int found = 0;
   PMPI_Comm_get_attr(comm, keyval, &value, &found);

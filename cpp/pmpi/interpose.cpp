@@ -38,11 +38,6 @@ bool g_active = false;  // MPI_Init ran through us and read the settings
 bool g_threads = false;
 
 // ---- private duplicates, cached on the user's communicator ----
-// Created once, whichever thread of an MPI_THREAD_MULTIPLE program calls first: two keyvals
-// made at once would leave one communicator's duplicate under the one that is then lost.
-int g_keyval[2] = {MPI_KEYVAL_INVALID, MPI_KEYVAL_INVALID};
-std::once_flag g_keyval_once[2];
-
 int free_dup(MPI_Comm comm, int, void* attr, void*) {
   forget_residuals(comm);  // a later communicator may get the same handle
   MPI_Comm* dup = static_cast<MPI_Comm*>(attr);
@@ -295,10 +290,8 @@ void print_stats() {
 }  // namespace
 
 MPI_Comm private_comm(MPI_Comm comm, int slot) {
-  int& keyval = g_keyval[slot];
-  std::call_once(g_keyval_once[slot], [&] {
-    mpi_check(PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, free_dup, &keyval, nullptr), "MPI_Comm_create_keyval");
-  });
+  static Keyval keys[2] = {Keyval(free_dup), Keyval(free_dup)};  // the collectives' duplicate, the worker's
+  const int keyval = keys[slot].get();
   void* attr = nullptr;
   int found = 0;
   mpi_check(PMPI_Comm_get_attr(comm, keyval, &attr, &found), "MPI_Comm_get_attr");
