@@ -1,5 +1,6 @@
 """The multi-rank tests (tests/mpi, tests/torch/mpi, tests/optim/mpi) under a real mpiexec with
-2 and 3 ranks, and the core's (tests/mpi) and the optimizers' (uneven shards) with 4 too,
+2 and 3 ranks, and the core's (tests/mpi), the torch layer's (the "mpicomp" backend against
+gloo) and the optimizers' (uneven shards) with 4 too,
 each with a timeout so that a hang fails instead of blocking. Three ranks take the agreement's
 odd-count path, four its power-of-two rounds."""
 import os
@@ -13,7 +14,8 @@ HERE = Path(__file__).parent
 MPIEXEC = str(Path(sys.executable).parent / "mpiexec")
 
 
-@pytest.mark.parametrize("n,suite", [(2, "mpi"), (3, "mpi"), (4, "mpi"), (2, "torch/mpi"), (3, "torch/mpi"),
+@pytest.mark.parametrize("n,suite", [(2, "mpi"), (3, "mpi"), (4, "mpi"),
+                                     (2, "torch/mpi"), (3, "torch/mpi"), (4, "torch/mpi"),
                                      (2, "optim/mpi"), (3, "optim/mpi"), (4, "optim/mpi")])
 def test_under_mpiexec(n, suite):
     cmd = [MPIEXEC, "-n", str(n), sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
