@@ -7,9 +7,10 @@ bench/results/diloco-leave-join.{json,png}.
     bench/diloco_leave_join.py [--steps 600] [--sync-every 50] [--kill-at 260] [--rejoin-at 420]
 
 Each phase is one mpiexec of this script with --phase; the model (examples/train_gpt.py's
-GPT), data and DiLoCo settings are bench/diloco_compare.py's. A checkpoint is written after every outer step (atomically);
-the batches are a pure function of (step, rank), so the checkpoint's data position is the
-step. What a restart loses: the inner steps since the last outer step.
+GPT), data and DiLoCo settings are bench/diloco_compare.py's. A checkpoint is written after
+every outer step (atomically); the batches are a pure function of (step, rank), so the
+checkpoint's data position is the step. What a restart loses: the inner steps since the last
+outer step.
 """
 import argparse
 import json

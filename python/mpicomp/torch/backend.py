@@ -145,19 +145,18 @@ class ProcessGroupMpicomp(dist.ProcessGroup):
         return "mpicomp"
 
     # -- plumbing --------------------------------------------------------------------------
-    def _done(self, start, result):
-        """A Work completed when the concurrent future or mpicomp Request ``start`` is,
-        with ``result`` (or its error)."""
+    def _done(self, req, result):
+        """A Work completed when the mpicomp Request ``req`` is, with ``result`` (or its error)."""
         fut = torch.futures.Future()
 
         def finish(req):
             try:
-                req.result() if hasattr(req, "result") else req.wait()
+                req.wait()
                 fut.set_result(result)
             except Exception as e:  # noqa: BLE001 -- handed to whoever waits
                 fut.set_exception(e)
 
-        start.add_done_callback(finish)
+        req.add_done_callback(finish)
         return _Work(fut)
 
     def _exact(self, result, fn, *tensors):
@@ -168,7 +167,7 @@ class ProcessGroupMpicomp(dist.ProcessGroup):
             _agree(self._acomm, shapes)
             fn(self._acomm)
 
-        return self._done(self._executor.submit(run), result)
+        return self._done(mpicomp.Request(self._executor.submit(run)), result)
 
     def _compressible(self, t, op=None):
         return t.is_floating_point() and t.device.type == "cpu" and (op is None or op in (_RED.SUM, _RED.AVG))
@@ -189,7 +188,8 @@ class ProcessGroupMpicomp(dist.ProcessGroup):
         op = _op(opts.reduceOp if opts else _RED.SUM)
         if self._compressible(t, op):
             req = mpicomp.iallreduce(t, comm=self.comm, codec=self.options.codecs["allreduce"],
-                                     op="avg" if op == _RED.AVG else "sum", out=t, error_feedback=self._ef("allreduce", t))
+                                     op="avg" if op == _RED.AVG else "sum", out=t,
+                                     error_feedback=self._ef("allreduce", t))
             return self._done(req, tensors)
         return self._exact(tensors, lambda c: _reduce_in_place(c, t, op), t)
 
@@ -290,7 +290,7 @@ class ProcessGroupMpicomp(dist.ProcessGroup):
         return self._exact(outputs, run, *inputs)
 
     def barrier(self, opts=None):
-        return self._done(self._executor.submit(self._acomm.Barrier), [])
+        return self._done(mpicomp.Request(self._executor.submit(self._acomm.Barrier)), [])
 
     def alltoall_base(self, out, inp, out_splits, in_splits, opts=None):
         p = self.size()
