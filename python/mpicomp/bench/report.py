@@ -66,10 +66,11 @@ class Report:
         self.rank0 = comm.rank == 0
         self.start = time.perf_counter()
         if args.table == "wide":
-            self.cols = [("Size", 10, "s"), ("MPI(ms)", 12, ".3f")] + [(c.spec, 18, "s") for c in args.codecs]
+            self.cols = [("Size", 10, "s"), ("MPI(ms)", 12, ".3f")] + [(c.spec, 22, "s") for c in args.codecs]
             notes = notes + [f"cells: speed-up over {peers['mpi']} (its latency / mpicomp's, same run; above 1: "
-                             f"mpicomp is faster)" + (", then the largest error relative to the largest exact "
-                                                      "value" if args.validation else "")]
+                             f"mpicomp is faster), on a known link its %Bound" + (
+                                 ", then the largest error relative to the largest exact value"
+                                 if args.validation else "")]
         else:
             self.cols = [("Size", 12, "d", "size"), ("Avg Latency(us)", 18, ".2f", "avg_latency_us")]
             if args.full:
@@ -113,6 +114,8 @@ class Report:
 
     def _cell(self, r):
         cell = f"{r['speedup_vs_mpi']:.2f}x"
+        if r.get("link_bound_us"):  # a known link: how close to the bound (bound.py)
+            cell += f" {r['pct_of_bound']:.0f}%"
         if self.args.validation:
             cell += " exact" if r["max_rel_error"] == 0 else f" {r['max_rel_error']:.1e}"
         return cell
