@@ -141,10 +141,10 @@ class AMSP(torch.optim.Optimizer):
         for i, u in enumerate(self.units):
             flat = u.flat_values()
             k, ko = u.padded // s_p, u.padded // s_os
-            self.p_shard[self._p_at[i]:self._p_at[i + 1]] = flat[jp * k:(jp + 1) * k]
+            self._p_slice(u)[:] = flat[jp * k:(jp + 1) * k]
             self.master[self._os_at[i]:self._os_at[i + 1]] = flat[jo * ko:(jo + 1) * ko].float()
             if s_p == 1:  # the parameter shard is the model: parameters are views of it
-                u.adopt(self.p_shard[self._p_at[i]:self._p_at[i + 1]])
+                u.adopt(self._p_slice(u))
             else:
                 u.adopt()
                 u.release()
@@ -283,7 +283,7 @@ class AMSP(torch.optim.Optimizer):
         if update.Get_size() > 1:
             rows = mpicomp.allgather(mine, comm=update, codec=self.wire["update"]).view(update.Get_size(), -1)
         for i, u in enumerate(self.units):
-            self.p_shard[self._p_at[i]:self._p_at[i + 1]] = rows[:, self._os_at[i]:self._os_at[i + 1]].reshape(-1)
+            self._p_slice(u)[:] = rows[:, self._os_at[i]:self._os_at[i + 1]].reshape(-1)
             u.release()  # a copy still gathered (a forward that raised) is stale now
 
     def zero_grad(self, set_to_none=True):
