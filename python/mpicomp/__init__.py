@@ -8,7 +8,7 @@
 # mpi4py loads libmpi and calls MPI_Init first; the extension then uses that same library.
 from mpi4py import MPI  # noqa: F401
 
-from . import _core
+from . import _core, powersgd
 from .codecs import Codec, available_codecs, codec
 from .collectives import (Request, allgather, allreduce, iallgather, iallreduce, ireduce_scatter, recv,
                           reduce_scatter, send)
@@ -23,6 +23,6 @@ __all__ = [
     "Codec", "codec", "available_codecs",
     "allreduce", "reduce_scatter", "allgather", "iallreduce", "ireduce_scatter", "iallgather", "Request", "send",
     "recv",
-    "ErrorFeedback", "config", "stats", "reset_stats", "stats_table",
+    "ErrorFeedback", "powersgd", "config", "stats", "reset_stats", "stats_table",
     "MpicompError", "CodecError", "ShapeMismatchError", "BackendError", "ArgumentError", "CommTimeoutError",
 ]

@@ -20,6 +20,7 @@ import types
 import numpy as np
 
 from . import _core
+from .config import config
 from .errors import ArgumentError, BackendError, CodecError
 
 __all__ = ["Codec", "codec", "available_codecs"]
@@ -39,6 +40,7 @@ class Codec:
     _options = {}
     device_only = False  # whether it runs on GPU buffers only
     exact = False  # decodes to its input (none, lossless): no error feedback to keep
+    wire = True  # a message format every collective sends; False: an allreduce algorithm (powersgd)
 
     def __init__(self, **options):
         unknown = set(options) - set(self._options)
@@ -94,6 +96,13 @@ class Codec:
         dtype = _dtype_name(dtype)
         self.check_dtype(dtype)
         return _core.encoded_bytes(self.id, self.block, DTYPE_IDS[dtype], int(count))
+
+    def message_bytes(self, shape, dtype="float32"):
+        """Bytes one rank's tensor of ``shape`` takes on the wire in a collective: encoded,
+        or as it is below ``config.min_bytes`` (the core sends small messages uncompressed)."""
+        count = int(np.prod(shape))
+        raw = count * _ITEMSIZE[_dtype_name(dtype)]
+        return raw if raw < config.min_bytes else self.encoded_bytes(count, dtype)
 
     def ratio(self, dtype="float32"):
         """Nominal compression ratio (input bytes / encoded bytes) for ``dtype`` input."""
@@ -246,16 +255,18 @@ class SignCodec(_BlockCodec):
 
 
 class PowerSGDCodec(Codec):
-    """PowerSGD (Vogels et al. 2019): an allreduce of a matrix (n x m; n-D tensors are viewed
-    as shape[0] x the rest) sends two rank-``rank`` factors, ``rank * (n + m)`` numbers instead
-    of ``n * m``, with a warm start and error feedback kept in an :class:`mpicomp.ErrorFeedback`
-    (see mpicomp.powersgd for the algorithm). Allreduce only. No per-element bound: the result
-    is the projection of the exact sum onto ``rank`` directions found by one power iteration,
-    and exact when the ranks' matrices together span at most ``rank`` columns. Tensors that
-    would not shrink by ``min_compression_rate`` (vectors, small or thin matrices) are reduced
-    uncompressed, exactly."""
+    """PowerSGD (Vogels et al. 2019), an allreduce algorithm rather than a wire format: an
+    allreduce of a matrix (n x m; n-D tensors are viewed as shape[0] x the rest) sends two
+    rank-``rank`` factors, ``rank * (n + m)`` numbers instead of ``n * m``. The algorithm and
+    its state (residual and warm start, a :class:`mpicomp.powersgd.PowerSGDState` per tensor)
+    are in mpicomp.powersgd; this spec names its settings for ``mpicomp.allreduce`` and the
+    torch hooks. Allreduce only. No per-element bound: the result is the projection of the
+    exact sum onto ``rank`` directions found by one power iteration, and exact when the
+    ranks' matrices together span at most ``rank`` columns. Tensors that would not shrink by
+    ``min_compression_rate`` (vectors, small or thin matrices) are reduced uncompressed,
+    exactly."""
 
-    name, id = "powersgd", None
+    name, id, wire = "powersgd", None, False
     _options = {"rank": 4, "min_compression_rate": 2}
 
     def _check(self, options):
@@ -272,11 +283,15 @@ class PowerSGDCodec(Codec):
                              f"{dtype_name}; use codec='none' for integer arrays")
 
     def encoded_bytes(self, count, dtype="float32", shape=None):
-        """Bytes sent per rank for an allreduce of a float32 tensor of ``shape`` (default: a
-        vector of ``count``, which goes uncompressed)."""
+        """Bytes sent per rank for an allreduce of a tensor of ``shape`` (default: a vector
+        of ``count``, which goes uncompressed)."""
+        return self.message_bytes(tuple(shape) if shape is not None else (int(count),), dtype)
+
+    def message_bytes(self, shape, dtype="float32"):
+        """Its factors' float32 bytes (whatever their size), or the tensor's own bytes when
+        it goes uncompressed."""
         from .powersgd import compresses
 
-        shape = tuple(shape) if shape is not None else (int(count),)
         if not compresses(self, shape):
             return int(np.prod(shape)) * _ITEMSIZE[_dtype_name(dtype)]
         n, m = shape[0], int(np.prod(shape[1:]))
@@ -284,7 +299,7 @@ class PowerSGDCodec(Codec):
 
     def ratio(self, dtype="float32", shape=(4096, 4096)):
         """Input bytes / bytes sent for a ``shape`` matrix (default 4096 x 4096)."""
-        return int(np.prod(shape)) * _ITEMSIZE[_dtype_name(dtype)] / self.encoded_bytes(0, dtype, shape)
+        return int(np.prod(shape)) * _ITEMSIZE[_dtype_name(dtype)] / self.message_bytes(shape, dtype)
 
     def tolerance(self, x):
         raise CodecError("codec 'powersgd' has no per-element error bound (see its docstring)")
@@ -419,6 +434,17 @@ def codec(spec="none", **options):
     c = cls(**opts)
     if not options and isinstance(spec, str):
         _CACHE[spec] = c
+    return c
+
+
+def wire_codec(spec, where):
+    """The Codec of ``spec`` for ``where`` (a collective, an optimizer's argument), which
+    sends it as messages: CodecError for an allreduce algorithm (powersgd)."""
+    c = codec(spec)
+    if not c.wire:
+        wire = ", ".join(n for n in available_codecs() if _CODECS[n].wire)
+        raise CodecError(f"{where}: codec {c.name!r} is an allreduce algorithm (mpicomp.powersgd), not a wire "
+                         f"codec; use one of: {wire}")
     return c
 
 

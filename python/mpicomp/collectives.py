@@ -11,12 +11,12 @@ ShapeMismatchError, and the communicator stays usable.
 import numpy as np
 from mpi4py import MPI
 
-from . import _comm, _core, powersgd
+from . import _comm, _core
 from ._buffers import array_info, collective_args, dtype_name
 from .codecs import _CACHE as _codec_cache
-from .codecs import Codec, available_codecs
+from .codecs import PowerSGDCodec, wire_codec
 from .codecs import codec as _codec
-from .errors import ArgumentError, BackendError, CodecError, MpicompError, ShapeMismatchError
+from .errors import ArgumentError, BackendError, MpicompError
 from .feedback import ErrorFeedback
 
 __all__ = ["allreduce", "reduce_scatter", "allgather", "iallreduce", "ireduce_scatter", "iallgather", "Request", "send",
@@ -65,17 +65,14 @@ def _op_error(op):
     return ArgumentError(f"op must be 'sum', 'avg' or MPI.SUM, got {op!r}")
 
 
-def _spec_args(coll, comm, codec, op, tell=None, lowrank=False, on_device=None):
+def _spec_args(coll, comm, codec, op, tell=None, on_device=None):
     """(private comm, codec, avg): the checks every call starts with; with on_device (True
-    or False), also whether the codec runs on that memory."""
+    or False), also whether the codec runs on that memory. Allreduce also takes PowerSGD,
+    whose calls mpicomp.powersgd runs."""
     tell = tell or _tell_others
     pcomm = _comm.private(comm)
     try:
-        c = _codec(codec)
-        if c.id is None and not lowrank:
-            wire = ", ".join(n for n in available_codecs() if _codec(n).id is not None)
-            raise CodecError(f"codec {c.name!r} is an allreduce algorithm; {_NAMES[coll]} takes a wire codec "
-                             f"({wire})")
+        c = _codec(codec) if coll == _ALLREDUCE else wire_codec(codec, _NAMES[coll])
         avg = _avg(op)
         if avg is None:
             raise _op_error(op)
@@ -136,41 +133,10 @@ def _execute(coll, prepared):
     return out
 
 
-def _lowrank(codec):
-    """Codec "powersgd": an allreduce algorithm of its own (powersgd.py), not a wire format."""
-    return (codec.name if isinstance(codec, Codec) else str(codec)).startswith("powersgd")
-
-
-def _lowrank_prepare(comm, x, codec, out, error_feedback, op, tell=None):
-    """The checks of _prepare for codec "powersgd"; returns (codec, avg, out, dtype id)."""
-    pcomm, c, avg = _spec_args(_ALLREDUCE, comm, codec, op, tell, lowrank=True)
-    try:
-        out, _, _, _, dt, _ = collective_args(x, out, 0, pcomm.Get_size())
-        c.check_dtype(dtype_name(dt))
-        if error_feedback is not None and not isinstance(error_feedback, ErrorFeedback):
-            raise ArgumentError(f"error_feedback must be an mpicomp.ErrorFeedback or None, "
-                                f"got {type(error_feedback).__name__}")
-    except MpicompError as own:
-        (tell or _tell_others)(pcomm, _ALLREDUCE)
-        raise own
-    return c, avg, out, dt
-
-
-def _lowrank_run(comm, x, c, avg, out, error_feedback, dt):
-    # The factors' sizes need not tell two shapes apart (a 256 x 256 matrix at rank 4 sends
-    # as many numbers as a 4 x 256 one sent whole): agree on shape and dtype first, with sums
-    # of v and v * v, equal on every rank only if all v are (Cauchy-Schwarz).
-    n = x.shape[0] if len(x.shape) else 1
-    v = np.array([n, int(np.prod(x.shape)) // max(n, 1), dt], np.float64)
-    s = allreduce(np.concatenate([v, v * v]), comm=comm, codec="none")
-    if np.any(s[3:] * comm.Get_size() != s[:3] ** 2):
-        raise ShapeMismatchError(f"allreduce: ranks disagree on the shape or dtype of x (codec powersgd); this "
-                                 f"rank has {tuple(x.shape)} {dtype_name(dt)}")
-    op = "avg" if avg else "sum"
-    if not powersgd.compresses(c, tuple(x.shape)):
-        return allreduce(x, comm, "none", op, out)
-    return powersgd.allreduce(x, comm, c, avg, out, error_feedback,
-                              lambda a: allreduce(a, comm=comm, codec="none"))
+def _powersgd(codec):
+    """Whether codec names PowerSGD, an allreduce algorithm mpicomp.powersgd runs (checked
+    by name: a bad option must fail in that algorithm's argument checks, on every rank)."""
+    return isinstance(codec, PowerSGDCodec) or (type(codec) is str and codec.lstrip().startswith("powersgd"))
 
 
 def _cached(codec):
@@ -185,7 +151,7 @@ def _numpy(coll, comm, x, codec, out, op, c=None):
     ctx = _comm.known(comm)
     c = c or _cached(codec)
     avg = _avg(op)
-    if ctx is None or c is None or c.id is None or avg is None or c.device_only:
+    if ctx is None or c is None or not c.wire or avg is None or c.device_only:
         pcomm, c, avg = _spec_args(coll, comm, codec, op, on_device=False)
     else:
         pcomm = ctx.comm
@@ -206,7 +172,8 @@ def allreduce(x, comm=MPI.COMM_WORLD, codec=None, op="sum", out=None, error_feed
             mpicomp.stats(), like every call sent uncompressed).
         op: "sum", "avg" (the sum divided by the communicator size) or MPI.SUM.
         out: optional output array like x (may be x itself: in place).
-        error_feedback: an ErrorFeedback for this tensor stream (lossy codecs).
+        error_feedback: an ErrorFeedback for this tensor stream (lossy codecs); with codec
+            "powersgd", a mpicomp.powersgd.PowerSGDState (residual and warm start).
 
     Returns:
         out, or a new array of x's type, dtype, shape and device. All ranks get identical
@@ -217,9 +184,10 @@ def allreduce(x, comm=MPI.COMM_WORLD, codec=None, op="sum", out=None, error_feed
     if codec is None:
         codec = _default_codec(x)
     known = _cached(codec)
-    if (known is None or known.id is None) and _lowrank(codec):
-        c, avg, out, dt = _lowrank_prepare(comm, x, codec, out, error_feedback, op)
-        return _lowrank_run(comm, x, c, avg, out, error_feedback, dt)
+    if (known is None or not known.wire) and _powersgd(codec):
+        from . import powersgd
+
+        return powersgd._run(*powersgd._prepare(comm, x, codec, error_feedback, op, out))
     if error_feedback is None and type(x) is np.ndarray:
         return _numpy(_ALLREDUCE, comm, x, codec, out, op, known)
     return _execute(_ALLREDUCE, _prepare(_ALLREDUCE, comm, x, codec, out, error_feedback, op,
@@ -293,9 +261,11 @@ def _start(coll, x, comm, codec, op, out, error_feedback):
     def tell_in_order(pcomm, c):
         executor.submit(_tell_others, pcomm, c)
 
-    if coll == _ALLREDUCE and _lowrank(codec):
-        c, avg, out, dt = _lowrank_prepare(acomm, x, codec, out, error_feedback, op, tell_in_order)
-        return Request(executor.submit(_lowrank_run, acomm, x, c, avg, out, error_feedback, dt))
+    if coll == _ALLREDUCE and _powersgd(codec):
+        from . import powersgd
+
+        return Request(executor.submit(powersgd._run, *powersgd._prepare(acomm, x, codec, error_feedback, op, out,
+                                                                           tell_in_order)))
     prepared = _prepare(coll, acomm, x, codec, out, error_feedback, op, _OUT_MODE[coll], tell_in_order)
 
     def run(keep_alive=x):  # the caller may drop x (a temporary) before this runs
@@ -328,9 +298,7 @@ def iallgather(x, comm=MPI.COMM_WORLD, codec=None, out=None, error_feedback=None
 def _p2p_args(buf, codec, name, comm, peer, peer_name):
     if not isinstance(comm, MPI.Comm) or comm == MPI.COMM_NULL:
         raise ArgumentError(f"comm must be an mpi4py communicator, got {comm!r}")
-    c = _codec(codec)
-    if c.id is None:
-        raise CodecError(f"codec {c.name!r} is an allreduce algorithm; send/recv take a wire codec")
+    c = wire_codec(codec, "send" if name == "x" else "recv")
     ptr, n, dt = array_info(buf, name)
     c.check_dtype(dtype_name(dt), name)
     c.check_memory(False)

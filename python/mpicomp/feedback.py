@@ -25,19 +25,18 @@ class ErrorFeedback:
     Attributes:
         residual: the float32 residual array (numpy or torch, like the input), or None
             before the first call.
-        q: codec "powersgd" only: the right factor of the previous call (m x rank, float32),
-            its warm start (Vogels et al. 2019, section 3); None before the first call.
+
+    PowerSGD keeps a warm start besides its residual: its state is a
+    :class:`mpicomp.powersgd.PowerSGDState`, which holds one of these.
     """
 
     def __init__(self):
         self.residual = None
-        self.q = None
 
     def reset(self):
-        """Forgets the residual and the warm start (e.g. after the tensor's values were replaced)."""
+        """Forgets the residual (e.g. after the tensor's values were replaced)."""
         if self.residual is not None:
             self.residual[...] = 0
-        self.q = None
 
     def _buffer(self, count, like):
         """The residual for `count` elements of array `like` (created on first use, of like's

@@ -40,7 +40,6 @@ def frozen():
     (lambda: AMSP(toy_model(), dict, (1, 1, 1)), "torch.optim.Optimizer subclass"),
     (lambda: AMSP(toy_model(), torch.optim.AdamW, (1, 1, 2)), "larger than the world"),
     (lambda: AMSP(toy_model(), torch.optim.AdamW, (1, 1, 1), ranks_per_node=0), "ranks_per_node"),
-    (lambda: AMSP(toy_model(), torch.optim.AdamW, (1, 1, 1), codec="powersgd"), "wire codec"),
     (lambda: AMSP(toy_model(), torch.optim.AdamW, (1, 1, 1), codec={"intra": "none"}), "'intra' and 'inter'"),
     (lambda: AMSP(toy_model(), torch.optim.AdamW, (1, 1, 1), lr=-1.0), "rejected its arguments"),
     (lambda: AMSP(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2).double()), torch.optim.AdamW,
@@ -54,7 +53,9 @@ def test_bad_arguments(make, match):
         make()
 
 
-def test_unknown_codec():
+def test_unknown_or_not_wire_codec():
     with pytest.raises(mpicomp.CodecError):
         AMSP(toy_model(), torch.optim.AdamW, (1, 1, 1), codec="int3")
+    with pytest.raises(mpicomp.CodecError, match=r"codec\['inter'\].*allreduce algorithm.*int8"):
+        AMSP(toy_model(), torch.optim.AdamW, (1, 1, 1), codec={"intra": "int8", "inter": "powersgd"})
 

@@ -87,6 +87,15 @@ def test_hook_arguments():
         mt.allreduce_gradients([], comm=MPI.COMM_SELF)
 
 
+def test_backend_options_take_wire_codecs_only():
+    assert mt.backend_options(codec="int8", allgather="none").codecs == {
+        "allreduce": "int8", "reduce_scatter": "int8", "allgather": "none"}
+    with pytest.raises(mpicomp.CodecError, match="the allreduce codec: codec 'powersgd' is an allreduce algorithm"):
+        mt.backend_options(codec="int8", allreduce="powersgd")
+    with pytest.raises(mpicomp.CodecError, match="unknown codec 'int3'"):
+        mt.backend_options(codec="int3")
+
+
 def test_traffic_counts_the_codec_bytes():
     t = mt.Traffic()
     big = torch.zeros(1 << 16)

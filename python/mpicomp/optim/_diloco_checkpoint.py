@@ -82,7 +82,6 @@ def _apply(opt, common, worker):
     for ef, r in zip(opt.feedback, residuals):
         if ef is not None:
             ef.residual = None if r is None else r.clone()
-            ef.q = None
     for f in range(opt.fragments):
         opt._set_local(f)
     opt._failed = None

@@ -18,6 +18,7 @@ from mpi4py import MPI
 
 import mpicomp
 
+from ..codecs import wire_codec
 from ..errors import ArgumentError, MpicompError, ShapeMismatchError
 
 __all__ = ["ShardedOptimizer", "CheckpointError", "RankFailedError", "build_optimizer", "check_checkpoint"]
@@ -174,10 +175,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
                     raise ArgumentError(f"all parameters must be on one device, got {device} and {p.device}")
                 device = p.device
         for name, spec in (("grad_codec", grad_codec), ("param_codec", param_codec)):
-            c = mpicomp.codec(spec)
-            if c.id is None:
-                raise ArgumentError(f"{name} must be a wire codec (reduce-scatter and allgather take no "
-                                    f"allreduce algorithm), got {c.name!r}")
+            wire_codec(spec, name)  # reduce-scatter and allgather take no allreduce algorithm
         if not isinstance(error_feedback, bool):
             raise ArgumentError(f"error_feedback must be a bool, got {error_feedback!r}")
         return groups

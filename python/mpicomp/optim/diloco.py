@@ -8,6 +8,7 @@ from mpi4py import MPI
 
 import mpicomp
 
+from ..codecs import wire_codec
 from ..errors import ArgumentError
 from ..torch import allreduce_gradients, traffic
 from ._agree import agree
@@ -169,10 +170,8 @@ class DiLoCo:
             raise ArgumentError(f"DiLoCo: nesterov and error_feedback must be bools, got {nesterov!r}, "
                                 f"{error_feedback!r}")
         self.nesterov, self.error_feedback = nesterov, error_feedback
-        self.codec = mpicomp.codec(codec)
-        if self.codec.id is None:
-            raise ArgumentError(f"DiLoCo: codec {self.codec.name!r} is an allreduce algorithm for matrices; the "
-                                f"outer gradient is one flat vector per fragment: use a wire codec (int8, int4, ...)")
+        # The outer gradient is one flat vector per fragment: no matrices for PowerSGD.
+        self.codec = wire_codec(codec, "DiLoCo")
         self.fragment_bounds = split_fragments([p.numel() for p in self.params], self.fragments)
         self._pieces = self._cut(self.fragment_bounds)
         # One fp32 host tensor per fragment: the outer optimizer keeps per-fragment state,

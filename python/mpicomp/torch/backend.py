@@ -31,6 +31,7 @@ from mpi4py import MPI
 import mpicomp
 
 from .. import _comm
+from ..codecs import wire_codec
 from ..errors import ArgumentError, ShapeMismatchError
 from . import distributed
 
@@ -69,8 +70,7 @@ class BackendOptions:
                        "reduce_scatter": reduce_scatter or env("MPICOMP_REDUCE_SCATTER_CODEC") or codec,
                        "allgather": allgather or env("MPICOMP_ALLGATHER_CODEC") or codec}
         for op, spec in self.codecs.items():
-            if mpicomp.codec(spec).id is None:  # raises CodecError for unknown specs
-                raise ArgumentError(f"backend_options: the {op} codec must be a wire codec, got {spec!r}")
+            wire_codec(spec, f"backend_options: the {op} codec")
         if error_feedback is None:
             error_feedback = env("MPICOMP_ERROR_FEEDBACK", "0") == "1"
         self.error_feedback = bool(error_feedback)

@@ -16,6 +16,7 @@ from mpi4py import MPI
 import mpicomp
 
 from .. import powersgd
+from ..codecs import PowerSGDCodec
 from ..errors import ArgumentError
 from .traffic import traffic
 
@@ -47,26 +48,59 @@ def _average(flat, comm, codec, feedback):
         flat.copy_(host)
 
 
-def _average_tensors(grads, comm, codec, feedback):
-    """Averages each tensor of grads in place. A wire codec sends them as one flat message
-    (feedback: one ErrorFeedback, or None); "powersgd" compresses each matrix on its own, as
-    torch's powerSGD_hook does (feedback(i): the ErrorFeedback of tensor i, or None), and
-    sends the rest (biases, norms) exactly in one flat message."""
-    lowrank = codec.id is None
-    flat_part = [g for g in grads if not (lowrank and powersgd.compresses(codec, tuple(g.shape)))]
-    if flat_part:
-        flat = torch.cat([g.reshape(-1) for g in flat_part])
-        _average(flat, comm, mpicomp.codec("none") if lowrank else codec, None if lowrank else feedback)
-        offset = 0
-        for g in flat_part:
-            g.copy_(flat[offset:offset + g.numel()].view_as(g))
-            offset += g.numel()
-    if lowrank:
-        for i, g in enumerate(grads):
-            if powersgd.compresses(codec, tuple(g.shape)):
+def _copy_back(flat, grads):
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset:offset + g.numel()].view_as(g))
+        offset += g.numel()
+
+
+class _WireBucket:
+    """A bucket of gradients averaged as one flat message with a wire codec (one
+    ErrorFeedback for the bucket, or None)."""
+
+    def __init__(self, codec, count, error_feedback):
+        self.codec = codec
+        self.feedback = mpicomp.ErrorFeedback() if error_feedback and not codec.exact else None
+
+    def average(self, grads, comm):
+        """Averages the tensors of grads in place."""
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        _average(flat, comm, self.codec, self.feedback)
+        _copy_back(flat, grads)
+
+    def hook(self, bucket, comm):
+        _average(bucket.buffer(), comm, self.codec, self.feedback)
+
+
+class _PowerSGDBucket:
+    """A bucket whose weight matrices are each compressed on their own, as torch's
+    powerSGD_hook does (a PowerSGDState per tensor: residual and warm start); the rest
+    (biases, norms, small matrices) go exactly, in one flat message."""
+
+    def __init__(self, codec, count, error_feedback):
+        self.states = [powersgd.PowerSGDState(**codec.options, error_feedback=error_feedback)
+                       for _ in range(count)]
+
+    def average(self, grads, comm):
+        rest = [g for g, s in zip(grads, self.states) if not s.compresses(tuple(g.shape))]
+        if rest:
+            flat = torch.cat([g.reshape(-1) for g in rest])
+            _average(flat, comm, mpicomp.codec("none"), None)
+            _copy_back(flat, rest)
+        for g, s in zip(grads, self.states):
+            if s.compresses(tuple(g.shape)):
                 m = g.contiguous()
-                _average(m, comm, codec, feedback(i))
+                _average(m, comm, s.codec, s)
                 g.copy_(m)
+
+    def hook(self, bucket, comm):
+        self.average(bucket.gradients(), comm)
+
+
+def _bucket(codec, count, error_feedback):
+    """The averaging of a bucket of count tensors: PowerSGD per matrix, else one message."""
+    return (_PowerSGDBucket if isinstance(codec, PowerSGDCodec) else _WireBucket)(codec, count, error_feedback)
 
 
 class DDPHookState:
@@ -85,9 +119,10 @@ class DDPHookState:
             drops from a bucket is added to the same bucket next step).
 
     Attributes:
-        feedback: {bucket index: (ids of its parameters, ErrorFeedback)}. DDP rebuilds its
-            buckets after the first iteration; a bucket whose parameters changed gets a
-            fresh residual.
+        buckets: {bucket index: (ids of its parameters, its state)}: an ErrorFeedback
+            (``.feedback``), or with "powersgd" a PowerSGDState per tensor (``.states``).
+            DDP rebuilds its buckets after the first iteration; a bucket whose parameters
+            changed gets a fresh state.
     """
 
     def __init__(self, codec="none", comm=MPI.COMM_WORLD, error_feedback=True):
@@ -96,19 +131,14 @@ class DDPHookState:
         if not isinstance(error_feedback, bool):
             raise ArgumentError(f"ddp_hook: error_feedback must be a bool, got {error_feedback!r}")
         self.error_feedback = error_feedback
-        self.feedback = {}
+        self.buckets = {}
 
-    def _feedback_for(self, bucket):
-        """The bucket's ErrorFeedback (a wire codec), or a function of a tensor's index in
-        the bucket giving its own ("powersgd"); None without error feedback."""
-        if not self.error_feedback or self.codec.exact:
-            return None
+    def _bucket_of(self, bucket):
         members = tuple(id(p) for p in bucket.parameters())
-        entry = self.feedback.get(bucket.index())
+        entry = self.buckets.get(bucket.index())
         if entry is None or entry[0] != members:
-            efs = [mpicomp.ErrorFeedback() for _ in members] if self.codec.id is None else mpicomp.ErrorFeedback()
-            entry = self.feedback[bucket.index()] = (members, efs)
-        return entry[1].__getitem__ if self.codec.id is None else entry[1]
+            entry = self.buckets[bucket.index()] = (members, _bucket(self.codec, len(members), self.error_feedback))
+        return entry[1]
 
 
 def compressed_allreduce_hook(state, bucket):
@@ -119,13 +149,9 @@ def compressed_allreduce_hook(state, bucket):
     allreduce runs synchronously inside the hook: the rest of the backward pass waits for
     it, trading DDP's overlap of communication and computation for fewer bytes.
     """
-    buf = bucket.buffer()
-    if state.codec.id is None:
-        _average_tensors(bucket.gradients(), state.comm, state.codec, state._feedback_for(bucket) or (lambda i: None))
-    else:
-        _average(buf, state.comm, state.codec, state._feedback_for(bucket))
+    state._bucket_of(bucket).hook(bucket, state.comm)
     fut = torch.futures.Future()
-    fut.set_result(buf)
+    fut.set_result(bucket.buffer())
     return fut
 
 
@@ -152,7 +178,8 @@ class GradientReducer:
             are reduced. Every rank of comm must pass the same structure.
         comm: the data-parallel communicator (``mesh.dp``).
         codec: codec spec or mpicomp.Codec (see :class:`DDPHookState`).
-        error_feedback: one mpicomp.ErrorFeedback per bucket, kept across calls.
+        error_feedback: one mpicomp.ErrorFeedback per bucket (with "powersgd", a residual
+            per matrix), kept across calls.
         bucket_bytes: largest bucket in bytes (default 25 MiB, DDP's default): larger
             buckets mean fewer, more efficient messages; a single parameter larger than it
             gets a bucket of its own.
@@ -178,20 +205,15 @@ class GradientReducer:
                 self.buckets.append([p])
             else:
                 last.append(p)
-        lossy = error_feedback and not self.codec.exact
-        if self.codec.id is None:  # powersgd: one ErrorFeedback per tensor
-            self.feedback = [[mpicomp.ErrorFeedback() for _ in b].__getitem__ if lossy else (lambda i: None)
-                             for b in self.buckets]
-        else:
-            self.feedback = [mpicomp.ErrorFeedback() if lossy else None for _ in self.buckets]
+        self.states = [_bucket(self.codec, len(b), error_feedback) for b in self.buckets]
 
     def __call__(self):
         """Replaces every parameter's .grad by its average over comm."""
-        for params, ef in zip(self.buckets, self.feedback):
+        for params, state in zip(self.buckets, self.states):
             for p in params:
                 if p.grad is None:
                     p.grad = torch.zeros_like(p)
-            _average_tensors([p.grad for p in params], self.comm, self.codec, ef)
+            state.average([p.grad for p in params], self.comm)
 
 
 _reducers = weakref.WeakKeyDictionary()

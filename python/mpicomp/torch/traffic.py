@@ -10,14 +10,8 @@ __all__ = ["Traffic", "traffic"]
 
 
 def _wire_bytes(t, codec):
-    """Bytes of tensor t on the wire: below config.min_bytes the core sends it uncompressed."""
-    raw = t.numel() * t.element_size()
-    c = mpicomp.codec(codec)
-    if c.id is None:  # powersgd: its factors (it sends them whatever their size)
-        return c.encoded_bytes(t.numel(), t.dtype, shape=tuple(t.shape))
-    if raw < mpicomp.config.min_bytes:
-        return raw
-    return c.encoded_bytes(t.numel(), t.dtype)
+    """Bytes of tensor t on the wire (uncompressed below config.min_bytes, as the core sends it)."""
+    return mpicomp.codec(codec).message_bytes(tuple(t.shape), t.dtype)
 
 
 class Traffic:

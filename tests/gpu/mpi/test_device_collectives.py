@@ -108,12 +108,13 @@ def test_powersgd_on_the_gpu_matches_the_host():
     """Low-rank allreduce of CUDA matrices: the factors are reduced on the GPU, results and
     error feedback stay there, and agree with the host computation to float32 rounding of
     the (differently ordered) matrix products and QR."""
-    ef_gpu, ef_cpu = mpicomp.ErrorFeedback(), mpicomp.ErrorFeedback()
+    gpu, cpu = mpicomp.powersgd.PowerSGDState(rank=4), mpicomp.powersgd.PowerSGDState(rank=4)
     for step in range(3):
         m = data(512 * 384, step=step).view(512, 384)
-        y_gpu = mpicomp.allreduce(m.cuda(), codec="powersgd:rank=4", error_feedback=ef_gpu)
-        y_cpu = mpicomp.allreduce(m, codec="powersgd:rank=4", error_feedback=ef_cpu)
-        assert y_gpu.is_cuda and y_gpu.shape == m.shape and ef_gpu.residual.is_cuda
+        y_gpu = mpicomp.powersgd.allreduce(m.cuda(), gpu)
+        y_cpu = mpicomp.powersgd.allreduce(m, cpu)
+        ef_gpu, ef_cpu = gpu.feedback, cpu.feedback
+        assert y_gpu.is_cuda and y_gpu.shape == m.shape and ef_gpu.residual.is_cuda and gpu.q.is_cuda
         scale = y_cpu.abs().max()
         assert torch.allclose(y_gpu.cpu(), y_cpu, rtol=0, atol=1e-3 * float(scale))
         assert torch.allclose(ef_gpu.residual.cpu(), ef_cpu.residual, rtol=0,

@@ -74,8 +74,8 @@ def test_sign_with_error_feedback_still_learns(gloo):
     mpicomp.config.min_bytes = 0  # compress even these small buckets
     model, state, losses = train_toy("sign", True)
     assert losses[-1] < 0.5 * losses[0], losses
-    assert len(state.feedback) > 1 and all(ef.residual is not None for _, ef in state.feedback.values())
-    members = sorted(i for ids, _ in state.feedback.values() for i in ids)
+    assert len(state.buckets) > 1 and all(b.feedback.residual is not None for _, b in state.buckets.values())
+    members = sorted(i for ids, _ in state.buckets.values() for i in ids)
     assert members == sorted(id(p) for p in model.parameters())  # one residual per bucket, all covered
     flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     assert all(torch.equal(flat, other) for other in WORLD.allgather(flat)), "replicas diverged"
@@ -87,9 +87,10 @@ def test_powersgd_hook_learns_and_keeps_a_state_per_matrix(gloo):
     assert losses[-1] < 0.5 * losses[0], losses
     flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     assert all(torch.equal(flat, other) for other in WORLD.allgather(flat)), "replicas diverged"
-    efs = [ef for _, efs in state.feedback.values() for ef in efs]
+    states = [s for _, b in state.buckets.values() for s in b.states]
     # only the 32 x 8 weight shrinks at rank 2 (2 * (32 + 8) * 2 <= 256); the rest go exactly
-    assert sorted(tuple(ef.q.shape) for ef in efs if ef.q is not None) == [(8, 2)]
+    assert sorted(tuple(s.q.shape) for s in states if s.q is not None) == [(8, 2)]
+    assert sorted(s.feedback.residual.numel() for s in states if s.feedback.residual is not None) == [32 * 8]
     assert mt.traffic.bytes[("dp", "gradients")] > 0
 
 

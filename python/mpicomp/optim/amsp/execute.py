@@ -9,6 +9,7 @@ from mpi4py import MPI
 
 import mpicomp
 
+from ...codecs import wire_codec
 from ...errors import ArgumentError, MpicompError
 from .._sharded import ShardedOptimizer, agree, build_optimizer
 from . import checkpoint
@@ -360,11 +361,7 @@ def _codecs(codec, who):
         raise ArgumentError(f"{who}: codec must be a codec spec or a dict with keys 'intra' and 'inter', got {codec!r}")
     out = {}
     for k, v in spec.items():
-        c = mpicomp.codec(v)
-        if c.id is None:
-            raise ArgumentError(f"{who}: codec[{k!r}] must be a wire codec (AMSP runs allgather and reduce-scatter), "
-                                f"got {c.name!r}")
-        out[k] = c.name
+        out[k] = wire_codec(v, f"{who}: codec[{k!r}]").name  # AMSP runs allgather and reduce-scatter
     return out
 
 
