@@ -21,7 +21,6 @@ from pathlib import Path
 import mpi4py
 import pybind11
 import pytest
-from _launch import open_mpi
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -76,14 +75,7 @@ def _python_check(built, n, *args):
 
 
 @pytest.mark.parametrize("n", [2, 3])
-def test_python_layer_on_gpu_arrays_matches_numpy(built, n, request):
-    if n == 2 and open_mpi():
-        # Found when Open MPI became a tested MPI (issue 21): at 2 ranks, and only under Open
-        # MPI, int4 with error feedback on device arrays differed from the host's result and
-        # residual (python_check's "error feedback step" checks) in some runs, not in others
-        # (the same run alone, then in the whole suite); not yet explained.
-        request.applymarker(pytest.mark.xfail(strict=False, reason="Open MPI, 2 ranks: device error feedback "
-                                              "differs from the host's in some runs (open, issue 21)"))
+def test_python_layer_on_gpu_arrays_matches_numpy(built, n):
     r = _python_check(built, n)
     assert r.returncode == 0 and "python_check: 0 failed checks" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
 

@@ -32,8 +32,13 @@ std::map<const char*, Allocation> g_device, g_pinned;
 // runs the others' work too, which can only hide a missing wait, never invent one.
 std::mutex g_queue_mutex;
 std::deque<std::function<void()>> g_queue;
+// Held while work runs: two threads that wait at once (one may be freeing memory, as a
+// Python thread dropping a temporary array does) must not run two items of the queue side
+// by side, which would break the order within a stream. Recursive: a work item may wait.
+std::recursive_mutex g_run_mutex;
 
 void flush() {
+  std::lock_guard<std::recursive_mutex> running(g_run_mutex);
   for (;;) {
     std::function<void()> work;
     {
