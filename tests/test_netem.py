@@ -40,9 +40,12 @@ def test_command_exit_code_is_passed_on_and_cleanup_happens():
     assert namespaces() == before
 
 
+mpich_only = pytest.mark.skipif(open_mpi(), reason="per-rank namespaces are MPICH only (Open MPI's refusal: "
+                                "test_open_mpi_on_the_shared_loopback_and_refused_per_rank)")
+
+
 @root
-@pytest.mark.skipif(open_mpi(), reason="--per-rank with Open MPI: its ranks fail in MPI_Init across the namespaces "
-                    "(open, issue 21)")
+@mpich_only
 def test_per_rank_links_carry_mpi_traffic():
     before = namespaces()
     prog = ("from mpi4py import MPI; import socket, subprocess; c = MPI.COMM_WORLD; "
@@ -53,6 +56,21 @@ def test_per_rank_links_carry_mpi_traffic():
     r = netem("--rate", "1gbit", "--per-rank", "--", MPIEXEC, "-n", "2", sys.executable, "-c", prog)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["[(3,", "True),", "(3,", "True)]"]
+    assert namespaces() == before
+
+
+@root
+@pytest.mark.skipif(not open_mpi(), reason="Open MPI's launcher (the MPICH suite runs the per-rank tests)")
+def test_open_mpi_on_the_shared_loopback_and_refused_per_rank():
+    """Open MPI's ranks talk over the shaped loopback by TCP; per rank, where they could not
+    reach mpirun's PMIx server and failed in MPI_Init, netem refuses before creating anything."""
+    before = namespaces()
+    prog = "from mpi4py import MPI; c = MPI.COMM_WORLD; print(c.allreduce(c.rank + 1), flush=True)"
+    tcp = ["--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "lo", "--mca", "pml", "ob1"]
+    r = netem("--rate", "1gbit", "--", MPIEXEC, "-n", "2", *tcp, sys.executable, "-c", prog)
+    assert r.returncode == 0 and r.stdout.split() == ["3", "3"], r.stdout + r.stderr
+    r = netem("--per-rank", "--", MPIEXEC, "-n", "2", *tcp, sys.executable, "-c", prog)
+    assert r.returncode == 2 and "need MPICH" in r.stderr and "PMIx" in r.stderr, r.stderr
     assert namespaces() == before
 
 
@@ -84,8 +102,7 @@ def test_without_root_it_says_so():
 
 
 @root
-@pytest.mark.skipif(open_mpi(), reason="netem's namespaces with Open MPI: its ranks fail in MPI_Init across them "
-                    "(open, issue 21)")
+@mpich_only
 def test_ranks_per_node_shapes_only_links_between_nodes():
     """4 ranks as 2 nodes of 2 at 100 Mbit/s: 4 MB between ranks of one node take far less
     than between nodes (0.34 s on the link), and each node's ranks share its address."""
