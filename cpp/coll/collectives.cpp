@@ -199,13 +199,15 @@ void allreduce(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   Layout L = balanced_layout(ci.size, a.count, granule, segment_elems(wire, a.dtype, cfg.segment_bytes));
   float* acc = e.scratch_f32(0, L.len(ci.rank));
   float* res = wire.id == CodecId::none ? nullptr : a.residual;
-  reduce_scatter_stage(comm, ci, e, wire, a.dtype, L, x, res, acc);
+  FrameDamage damage;
+  reduce_scatter_stage(comm, ci, e, wire, a.dtype, L, x, res, acc, damage);
   if (is_lossless(wire.id)) {
     // A frame restores the bytes it was given: the reduced part is stored as the output
     // first and gathered as it is (the same numbers on every rank).
     void* mine = static_cast<char*>(y) + L.off[ci.rank] * dtype_size(a.dtype);
     e.store(acc, L.len(ci.rank), scale, a.dtype, mine);
-    return allgather_stage(comm, ci, e, wire, a.dtype, L, mine, nullptr, a.dtype, y, 1.f);
+    allgather_stage(comm, ci, e, wire, a.dtype, L, mine, nullptr, a.dtype, y, 1.f, damage);
+    return check_frames(comm, ci, damage);
   }
   Spec out = output_spec(wire, a.dtype);
   float out_scale = scale;
@@ -215,7 +217,8 @@ void allreduce(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
     e.store(acc, L.len(ci.rank), scale, DType::f32, acc);
     out_scale = 1.f;
   }
-  allgather_stage(comm, ci, e, out, DType::f32, L, acc, res ? res + L.off[ci.rank] : nullptr, a.dtype, y, out_scale);
+  allgather_stage(comm, ci, e, out, DType::f32, L, acc, res ? res + L.off[ci.rank] : nullptr, a.dtype, y, out_scale,
+                  damage);
 }
 
 void reduce_scatter(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
@@ -248,7 +251,9 @@ void reduce_scatter(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   Spec wire{sig.wire, a.spec.block};
   Layout L = equal_layout(ci.size, a.count, segment_elems(wire, a.dtype, cfg.segment_bytes));
   float* acc = e.scratch_f32(0, a.count);
-  reduce_scatter_stage(comm, ci, e, wire, a.dtype, L, x, wire.id == CodecId::none ? nullptr : a.residual, acc);
+  FrameDamage damage;
+  reduce_scatter_stage(comm, ci, e, wire, a.dtype, L, x, wire.id == CodecId::none ? nullptr : a.residual, acc, damage);
+  if (is_lossless(wire.id)) check_frames(comm, ci, damage);
   e.store(acc, a.count, scale, a.dtype, y);
 }
 
@@ -277,7 +282,10 @@ void allgather(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   Engine& e = engine_of(a);
   Spec wire{sig.wire, a.spec.block};
   Layout L = equal_layout(ci.size, a.count, segment_elems(wire, a.dtype, cfg.segment_bytes));
-  allgather_stage(comm, ci, e, wire, a.dtype, L, x, wire.id == CodecId::none ? nullptr : a.residual, a.dtype, y, 1.f);
+  FrameDamage damage;
+  allgather_stage(comm, ci, e, wire, a.dtype, L, x, wire.id == CodecId::none ? nullptr : a.residual, a.dtype, y, 1.f,
+                  damage);
+  if (is_lossless(wire.id)) check_frames(comm, ci, damage);
 }
 
 void collective(Coll coll, MPI_Comm comm, const void* x, void* y, const CollArgs& a) {

@@ -55,8 +55,19 @@ size_t segment_elems(Spec s, DType t, size_t segment_bytes) {
   return std::max(g, segment_bytes / dtype_size(t) / g * g);
 }
 
+void check_frames(MPI_Comm c, const CommInfo& ci, const FrameDamage& d) {
+  int mine = d.source < 0 ? 0 : ci.rank + 1, first = 0;  // the highest rank that met damage, + 1
+  mpic::allreduce(&mine, &first, 1, MPI_INT, MPI_MAX, c);
+  if (!first) return;
+  if (d.source >= 0)
+    throw Error(ErrorKind::codec, "rank " + std::to_string(ci.rank) + " received a corrupt frame from rank " +
+                                      std::to_string(d.source) + " (" + d.what + "); the call failed on every rank");
+  throw Error(ErrorKind::codec, "rank " + std::to_string(first - 1) +
+                                    " received a corrupt lossless frame; the call failed on every rank");
+}
+
 void reduce_scatter_stage(MPI_Comm c, const CommInfo& ci, Engine& e, Spec s, DType t, const Layout& L, const void* x,
-                          float* res, float* acc) {
+                          float* res, float* acc, FrameDamage& damage) {
   const int r = ci.rank, p = ci.size;
   const size_t dts = dtype_size(t), my_len = L.len(r), my_enc = part_bytes(s, t, my_len, L.seg);
   const size_t nin = nsegs(my_len, L.seg);
@@ -82,8 +93,10 @@ void reduce_scatter_stage(MPI_Comm c, const CommInfo& ci, Engine& e, Spec s, DTy
         mpi_check(PMPI_Test(&rreq[next], &done, MPI_STATUS_IGNORE), "MPI_Test");
       if (!done) return;
       size_t k = next / (p - 1), d = next % (p - 1);
-      e.decode_accumulate(s, t, rbuf + d * my_enc + segment_offset(s, t, L.seg, k), seg_len(my_len, L.seg, k),
-                          acc + k * L.seg);
+      damage.guard((r - int(d) - 1 + p) % p, [&] {
+        e.decode_accumulate(s, t, rbuf + d * my_enc + segment_offset(s, t, L.seg, k), seg_len(my_len, L.seg, k),
+                            acc + k * L.seg);
+      });
       ++next;
     }
   };
@@ -110,7 +123,7 @@ void reduce_scatter_stage(MPI_Comm c, const CommInfo& ci, Engine& e, Spec s, DTy
 }
 
 void allgather_stage(MPI_Comm c, const CommInfo& ci, Engine& e, Spec s, DType st, const Layout& L, const void* src,
-                     float* res, DType yt, void* y, float scale) {
+                     float* res, DType yt, void* y, float scale, FrameDamage& damage) {
   const int r = ci.rank, p = ci.size;
   const size_t sts = dtype_size(st), yts = dtype_size(yt);
 
@@ -132,7 +145,10 @@ void allgather_stage(MPI_Comm c, const CommInfo& ci, Engine& e, Spec s, DType st
   }
   auto decode_part = [&](const uint8_t* part, int j, size_t k) {
     size_t first = L.off[j] + k * L.seg;
-    e.decode(s, yt, part + segment_offset(s, st, L.seg, k), seg_len(L.len(j), L.seg, k), scale, at<char>(y, first * yts));
+    damage.guard(j, [&] {
+      e.decode(s, yt, part + segment_offset(s, st, L.seg, k), seg_len(L.len(j), L.seg, k), scale,
+               at<char>(y, first * yts));
+    });
   };
   std::vector<int> idx(rreq.size());
   size_t left = rreq.size();

@@ -8,6 +8,7 @@
 #pragma once
 #include <mpi.h>
 
+#include <string>
 #include <vector>
 
 #include "engine.h"
@@ -45,17 +46,37 @@ inline size_t part_bytes(Spec s, DType t, size_t len, size_t seg) {
 // lossless frame's own size included), for the interposer's statistics.
 size_t take_sent_bytes();
 
+// The first corrupt frame a stage received (lossless codecs, whose decoders check their
+// frames). The stage goes on without it, so every rank still sends and receives all of the
+// call's messages; check_frames then fails the call on every rank, naming this one.
+struct FrameDamage {
+  int source = -1;  // the rank that sent it; -1: none
+  std::string what;
+  // Runs decode(); a codec Error it raises is recorded (the first) instead of thrown.
+  template <class F>
+  void guard(int from, F&& decode) {
+    try {
+      decode();
+    } catch (const Error& err) {
+      if (err.kind != ErrorKind::codec) throw;
+      if (source < 0) source = from, what = err.what();
+    }
+  }
+};
+// One small allreduce: raises a codec Error on every rank when any rank recorded damage.
+void check_frames(MPI_Comm c, const CommInfo& ci, const FrameDamage& d);
+
 // acc (float32, own part) = sum over ranks of their part `rank` of x. The own part is added
 // exactly, the others decoded in a fixed order, so the result does not depend on timing.
 // residual (input-sized, may be null): error feedback for the encoded parts; the own part's
 // entries are added to acc and zeroed.
 void reduce_scatter_stage(MPI_Comm c, const CommInfo& ci, Engine& e, Spec s, DType t, const Layout& L, const void* x,
-                          float* residual, float* acc);
+                          float* residual, float* acc, FrameDamage& damage);
 
 // Every rank's `src` (its own part, dtype st) is encoded once and decoded by all ranks (the
 // owner too, so all outputs are identical) into y (dtype yt) times scale. residual: error
 // feedback for the own part (may be null). Codec none requires st == yt.
 void allgather_stage(MPI_Comm c, const CommInfo& ci, Engine& e, Spec s, DType st, const Layout& L, const void* src,
-                     float* residual, DType yt, void* y, float scale);
+                     float* residual, DType yt, void* y, float scale, FrameDamage& damage);
 
 }  // namespace mpicomp
