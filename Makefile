@@ -14,7 +14,7 @@ DEPS := $(VENV)/.deps-installed
 BUILT := $(VENV)/.mpicomp-built
 SOURCES := $(shell find cpp python -type f -not -path '*/__pycache__/*') CMakeLists.txt pyproject.toml
 
-.PHONY: all demo test test-openmpi bench clean gpu-wheels
+.PHONY: all demo test test-openmpi fuzz bench clean gpu-wheels
 all: $(BUILT)
 
 $(DEPS): requirements-dev.txt
@@ -34,9 +34,27 @@ $(BUILT): $(DEPS) $(SOURCES)
 demo: $(BUILT)
 	$(PY) bench/demo
 
+# clang with libFuzzer for the decoders' fuzz target (tests/fuzz): installed from Debian's
+# packages when missing and this is root (CI); elsewhere tests/test_fuzz.py says what to install.
+FUZZ_TOOLS := $(VENV)/.fuzz-tools
+$(FUZZ_TOOLS): $(DEPS)
+	@$(PY) tests/fuzz/build.py --check || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  { apt-get install -y -q clang libclang-rt-dev >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null && apt-get install -y -q clang libclang-rt-dev >/dev/null; }; }; } || \
+	  echo "make: no clang++ with libFuzzer: tests/test_fuzz.py skips (apt-get install clang libclang-rt-dev)"
+	touch $@
+
 # PYTEST_ARGS: more pytest options (e.g. a selection, as .ci/run's Open MPI run).
-test: $(BUILT)
+test: $(BUILT) $(FUZZ_TOOLS)
 	$(PY) -m pytest -q $(PYTEST_ARGS) tests
+
+# The decoders' coverage-guided fuzz target for FUZZ_SECONDS (make test runs it 30 s); the
+# corpus it grows stays in build/fuzz/corpus for the next run.
+FUZZ_SECONDS ?= 600
+fuzz: $(BUILT) $(FUZZ_TOOLS)
+	$(PY) tests/fuzz/build.py build/fuzz
+	mkdir -p build/fuzz/corpus
+	build/fuzz/decode_fuzzer -max_total_time=$(FUZZ_SECONDS) -timeout=10 build/fuzz/corpus build/fuzz/seeds
 
 test-openmpi:
 	$(MAKE) test MPI=openmpi

@@ -1,5 +1,8 @@
 // Chooses the best SIMD target this CPU supports at start-up (no -march=native in builds).
 #include <atomic>
+#if defined(MPICOMP_X86_TARGETS)
+#include <cpuid.h>
+#endif
 
 #include "codec.h"
 
@@ -11,11 +14,19 @@ namespace avx512 { extern const CpuKernels kernels; }
 #endif
 
 namespace {
+#if defined(MPICOMP_X86_TARGETS)
+// From CPUID (leaf 1, ECX): clang's __builtin_cpu_supports knows no "f16c" before clang 16.
+bool has_f16c() {
+  unsigned a, b, c, d;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+#endif
+
 std::vector<const CpuKernels*> supported() {
   std::vector<const CpuKernels*> v;
 #if defined(MPICOMP_X86_TARGETS)
   __builtin_cpu_init();
-  bool has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  bool has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
   if (has_avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl"))
     v.push_back(&avx512::kernels);

@@ -81,6 +81,7 @@ size_t chunk_len(size_t raw, size_t i) { return std::min(kChunkBytes, raw - i * 
 size_t host_frame_encode(CodecId c, const uint8_t* x, size_t raw, uint8_t* out) {
   if (c != CodecId::lz4) gpu_only(c);
   const size_t m = frame_chunks(raw);
+  if (!m) return 0;  // out may be null
   size_t pos = frame_header_bytes(m);
   std::memset(out, 0, pos);
   for (size_t i = 0; i < m; ++i) {
