@@ -1,4 +1,8 @@
 """Every codec against a numpy float64 reference, on every SIMD target this CPU has."""
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -240,3 +244,56 @@ def test_powersgd_spec_and_no_single_process_encoding():
         c.encode(np.ones(4, np.float32))
     with pytest.raises(mpicomp.CodecError, match="no per-element error bound"):
         c.tolerance(np.ones(4))
+
+
+@pytest.fixture
+def threads():
+    """Sets config.codec_threads for one test; the setting before it is restored."""
+    before = _core.codec_threads()
+    yield lambda n: setattr(mpicomp.config, "codec_threads", n)
+    mpicomp.config.codec_threads = before
+
+
+@pytest.mark.parametrize("name", ["fp16", "bf16", "int8", "int4", "sign"])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_threads_give_the_bytes_of_one_thread(threads, name, dtype):
+    """Codec work split over 2 and 3 threads (issue 20): the same bytes, residuals and decoded
+    values as one thread, for a count no thread boundary or block divides evenly."""
+    n = 3 * 65536 + 1000 + 7
+    x = np.random.default_rng(4).standard_normal(n).astype(dtype)
+    c = mpicomp.codec(name, **({"block": 64} if name in ("int8", "int4", "sign") else {}))
+    ids = _core.DTYPES[dtype][0]
+    results = []
+    for t in (1, 2, 3):
+        threads(t)
+        assert mpicomp.config.codec_threads == t
+        res = np.random.default_rng(5).standard_normal(n).astype(np.float32) * 0.01
+        out = np.empty(c.encoded_bytes(n, dtype), np.uint8)
+        _core.encode(c.id, c.block, ids, x.ctypes.data, n, res.ctypes.data, out.ctypes.data)
+        y, acc = np.empty(n, dtype), np.ones(n, np.float32)
+        _core.decode(c.id, c.block, ids, out.ctypes.data, n, 0.5, y.ctypes.data)
+        _core.decode_accumulate(c.id, c.block, ids, out.ctypes.data, n, acc.ctypes.data)
+        results.append((out.tobytes(), res.tobytes(), y.tobytes(), acc.tobytes()))
+    assert results[0] == results[1] == results[2]
+
+
+def test_codec_threads_setting(threads):
+    threads(0)  # the default: the cores this process may use, per rank on this node
+    assert mpicomp.config.codec_threads >= 1
+    for bad in (-1, 1025, 1.5, "2"):
+        with pytest.raises(mpicomp.ArgumentError, match="codec_threads must be an integer in"):
+            mpicomp.config.codec_threads = bad
+    assert "codec_threads=" in repr(mpicomp.config)
+
+
+@pytest.mark.parametrize("env,want", [({"MPICOMP_CODEC_THREADS": "3"}, "3"),
+                                      ({"MPI_LOCALNRANKS": str(len(os.sched_getaffinity(0)))}, "1"),
+                                      ({"MPICOMP_CODEC_THREADS": "x"}, "MPICOMP_CODEC_THREADS must be an integer")])
+def test_codec_threads_from_the_environment(env, want):
+    """MPICOMP_CODEC_THREADS, and by default the cores divided among the launcher's ranks on
+    this node (as many ranks as cores: one thread each)."""
+    clean = {k: v for k, v in os.environ.items() if k not in ("MPICOMP_CODEC_THREADS", "MPI_LOCALNRANKS",
+                                                               "OMPI_COMM_WORLD_LOCAL_SIZE")}
+    r = subprocess.run([sys.executable, "-c", "import mpicomp; print(mpicomp.config.codec_threads)"],
+                       capture_output=True, text=True, timeout=120, env={**clean, **env})
+    assert want in r.stdout + r.stderr

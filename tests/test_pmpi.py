@@ -122,7 +122,7 @@ def test_the_old_compress_local_variable_is_refused(program):
 @pytest.mark.parametrize("var,value", [("MPICOMP_CODEC", "int9"), ("MPICOMP_ALLREDUCE_CODEC", "int8:block=33"),
                                        ("MPICOMP_MIN_BYTES", "lots"), ("MPICOMP_MIN_BYTES", "-5"),
                                        ("MPICOMP_SEGMENT_BYTES", "0"), ("MPICOMP_SEGMENT_BYTES", "99999999999"),
-                                       ("MPICOMP_STATS", "yes"),
+                                       ("MPICOMP_STATS", "yes"), ("MPICOMP_CODEC_THREADS", "2000"),
                                        ("MPICOMP_SKIP_LOCAL", "true"), ("MPICOMP_DTYPES", "float,int")])
 def test_invalid_setting_aborts_naming_the_variable(program, var, value):
     r = mpiexec(2, program, "off", timeout=60, **{var: value})

@@ -7,6 +7,7 @@
 
 #include "../codecs/codec.h"
 #include "../codecs/host_codec.h"
+#include "../codecs/parallel.h"
 #include "../coll/coll.h"
 #include "../coll/config.h"
 #include "../coll/deadline.h"
@@ -295,6 +296,8 @@ PYBIND11_MODULE(_core, m) {
     set_config(Config{min_bytes, eager_bytes, segment_bytes, skip_local != 0, verbose != 0, timeout_s, cache_bytes});
   });
   m.def("scratch_held", &scratch_held);
+  m.def("set_codec_threads", &set_codec_threads, "Threads per codec call; 0: the default (codecs/parallel.h)");
+  m.def("codec_threads", &codec_threads, "Threads per codec call in use");
   m.def("timed_out", [](py::handle comm) { return timed_out(comm_of(comm)); });
 
   // ---- statistics (stats.h) ----

@@ -1,16 +1,45 @@
 #include "host_codec.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "../core/errors.h"
 #include "codec.h"
 #include "lossless.h"
+#include "parallel.h"
 
 namespace mpicomp {
 
+namespace {
+
+// Lossy codecs' work over codec_threads() threads: elements cut into ranges on block
+// boundaries (records are whole, in place: the bytes of one range start at the encoded size
+// of the elements before it), at least kMinElems each. Lossless frames, whose chunks land
+// where the ones before them ended, run on one thread.
+constexpr size_t kMinElems = size_t(1) << 16;
+
+template <class F>
+void in_ranges(Spec s, size_t n, F&& f) {
+  const size_t g = is_blockwise(s.id) ? s.block : kLanes;
+  const size_t units = (n + g - 1) / g;
+  parallel_ranges(units, kMinElems / g, [&](size_t a, size_t b) {
+    const size_t first = a * g, last = std::min(n, b * g);
+    if (last > first) f(first, last - first);
+  });
+}
+
+const uint8_t* at(const void* p, size_t bytes) { return static_cast<const uint8_t*>(p) + bytes; }
+uint8_t* at(void* p, size_t bytes) { return static_cast<uint8_t*>(p) + bytes; }
+
+}  // namespace
+
 size_t host_encode(Spec s, DType t, const void* x, size_t n, float* residual, uint8_t* out) {
   if (is_lossless(s.id)) return host_frame_encode(s.id, static_cast<const uint8_t*>(x), n * dtype_size(t), out);
-  cpu_kernels().encode(s, t, x, n, residual, out);
+  const CpuKernels& k = cpu_kernels();
+  in_ranges(s, n, [&](size_t first, size_t len) {
+    k.encode(s, t, at(x, first * dtype_size(t)), len, residual ? residual + first : nullptr,
+             at(out, encoded_bytes(s, t, first)));
+  });
   return encoded_bytes(s, t, n);
 }
 
@@ -19,13 +48,23 @@ void require_unscaled(float scale) {
 }
 
 void host_decode(Spec s, DType t, const uint8_t* in, size_t n, float scale, void* y) {
-  if (!is_lossless(s.id)) return cpu_kernels().decode(s, t, in, n, scale, y);
+  if (!is_lossless(s.id)) {
+    const CpuKernels& k = cpu_kernels();
+    return in_ranges(s, n, [&](size_t first, size_t len) {
+      k.decode(s, t, in + encoded_bytes(s, t, first), len, scale, at(y, first * dtype_size(t)));
+    });
+  }
   require_unscaled(scale);
   host_frame_decode(s.id, in, n * dtype_size(t), static_cast<uint8_t*>(y));
 }
 
 void host_decode_accumulate(Spec s, DType t, const uint8_t* in, size_t n, float* acc) {
-  if (!is_lossless(s.id)) return cpu_kernels().decode_accumulate(s, t, in, n, acc);
+  if (!is_lossless(s.id)) {
+    const CpuKernels& k = cpu_kernels();
+    return in_ranges(s, n, [&](size_t first, size_t len) {
+      k.decode_accumulate(s, t, in + encoded_bytes(s, t, first), len, acc + first);
+    });
+  }
   thread_local std::vector<uint8_t> raw;
   raw.resize(n * dtype_size(t));
   host_frame_decode(s.id, in, raw.size(), raw.data());

@@ -14,6 +14,7 @@
 #include <tuple>
 #include <vector>
 
+#include "../codecs/parallel.h"
 #include "../coll/coll.h"
 #include "../coll/config.h"
 #include "../coll/deadline.h"
@@ -264,6 +265,7 @@ void on_init() {
   // No eager path: it only pays in thread-multiple programs, below min_bytes anyway.
   set_config(Config{g_settings.min_bytes, 0, g_settings.segment_bytes, g_settings.skip_local, g_settings.verbose,
                     g_settings.timeout_s, g_settings.cache_bytes});
+  set_codec_threads(int(g_settings.codec_threads));
   g_active = true;
   announce();
 }

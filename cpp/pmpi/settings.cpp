@@ -140,6 +140,7 @@ bool read_settings(Settings& s, std::string& error) {
          read_size("MPICOMP_SEGMENT_BYTES", s.segment_bytes, error, 1024, 1LL << 31) &&
          read_size("MPICOMP_CACHE_BYTES", s.cache_bytes, error, 0, 1LL << 62) &&
          read_size("MPICOMP_RESIDUAL_BYTES", s.residual_bytes, error, 0, 1LL << 62) &&
+         read_size("MPICOMP_CODEC_THREADS", s.codec_threads, error, 0, 1024) &&
          read_seconds("MPICOMP_TIMEOUT", s.timeout_s, error) &&
          read_flag("MPICOMP_ERROR_FEEDBACK", s.error_feedback, error) && read_flag("MPICOMP_STATS", s.stats, error) &&
          read_flag("MPICOMP_VERBOSE", s.verbose, error) && read_flag("MPICOMP_SKIP_LOCAL", s.skip_local, error) &&

@@ -21,6 +21,7 @@ struct Settings {
   double timeout_s = 0;          // Config::timeout_s: 0, no limit
   size_t cache_bytes = size_t(128) << 20;  // Config::cache_bytes
   size_t residual_bytes = size_t(1) << 30;  // error feedback's residuals (residuals.h)
+  size_t codec_threads = 0;      // codec work's threads (codecs/parallel.h); 0: the default
   // Datatypes compressed, one bit per DType: by default the ones gradients come in; doubles
   // (norms, metrics, scientific fields) stay exact unless MPICOMP_DTYPES names them.
   unsigned dtypes = dtype_bit(DType::f32) | dtype_bit(DType::f16) | dtype_bit(DType::bf16);

@@ -43,6 +43,14 @@ attribute          environment variable        meaning
 ``cache_bytes``    ``MPICOMP_CACHE_BYTES``     scratch memory a thread keeps between calls;
                                                beyond it, buffers are freed after each
                                                call, largest first. Default 128 MiB.
+``codec_threads``  ``MPICOMP_CODEC_THREADS``   threads that share one call's encoding and
+                                               decoding (lossy codecs; results identical
+                                               whatever the count). Set 0 for the default:
+                                               the cores this process may run on divided
+                                               by the ranks the launcher started on this
+                                               node (MPI_LOCALNRANKS, Open MPI's
+                                               OMPI_COMM_WORLD_LOCAL_SIZE). Reads back the
+                                               count in use. Does not shape the wire.
 =================  ==========================  ============================================
 
 ``mpicomp-config --preload`` (or ``python -m mpicomp --preload``) prints the path of
@@ -61,22 +69,26 @@ __all__ = ["config"]
 _FIELDS = ("min_bytes", "eager_bytes", "segment_bytes", "skip_local", "verbose", "timeout_s", "cache_bytes")
 _LIMITS = {"min_bytes": (0, 1 << 62), "eager_bytes": (0, 1 << 30), "segment_bytes": (1024, 1 << 31),
            "skip_local": (0, 1), "verbose": (0, 1), "timeout_s": (0, 1e9), "cache_bytes": (0, 1 << 62)}
+_SETTINGS = _FIELDS + ("codec_threads",)
+_LIMITS["codec_threads"] = (0, 1024)
 _FLAGS = ("skip_local", "verbose")
 _SECONDS = ("timeout_s",)
-_ENV = {name: "MPICOMP_" + name.upper() for name in _FIELDS} | {"timeout_s": "MPICOMP_TIMEOUT"}
+_ENV = {name: "MPICOMP_" + name.upper() for name in _SETTINGS} | {"timeout_s": "MPICOMP_TIMEOUT"}
 
 
 class _Config:
     __slots__ = ()
 
     def __getattr__(self, name):
+        if name == "codec_threads":
+            return _core.codec_threads()
         if name not in _FIELDS:
             raise AttributeError(name)
         return _core.get_config()[_FIELDS.index(name)]
 
     def __setattr__(self, name, value):
-        if name not in _FIELDS:
-            raise AttributeError(f"mpicomp.config has no setting {name!r}; settings: {', '.join(_FIELDS)}")
+        if name not in _SETTINGS:
+            raise AttributeError(f"mpicomp.config has no setting {name!r}; settings: {', '.join(_SETTINGS)}")
         lo, hi = _LIMITS[name]
         if name in _FLAGS and isinstance(value, bool):
             value = int(value)
@@ -87,12 +99,14 @@ class _Config:
             value = float(value)
         elif not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
             raise ArgumentError(f"mpicomp.config.{name} must be an integer in [{lo}, {hi}], got {value!r}")
+        if name == "codec_threads":  # the codecs' own setting (layer 1), not the collectives'
+            return _core.set_codec_threads(value)
         current = list(_core.get_config())
         current[_FIELDS.index(name)] = value
         _core.set_config(*current)
 
     def __repr__(self):
-        return "mpicomp.config(" + ", ".join(f"{f}={getattr(self, f)}" for f in _FIELDS) + ")"
+        return "mpicomp.config(" + ", ".join(f"{f}={getattr(self, f)}" for f in _SETTINGS) + ")"
 
 
 config = _Config()

@@ -442,3 +442,22 @@ def test_mpi_sum_is_a_sum_and_other_mpi_ops_are_named_in_the_error():
     with pytest.raises(mpicomp.ArgumentError, match="'sum', 'avg' or MPI.SUM, got 'max'"):
         mpicomp.allreduce(x, op="max")
     assert np.array_equal(mpicomp.allreduce(x, codec="int8"), mpicomp.allreduce(x, codec="int8"))  # still usable
+
+
+@pytest.mark.parametrize("codec", ["fp16", "int8", "int4", "sign"])
+def test_codec_threads_change_nothing_but_speed(codec):
+    """The same allreduce and error feedback with the codec work on 1 and 2 threads per rank
+    (config.codec_threads, issue 20): bit-identical results and residuals."""
+    comm = comm_of("world")
+    x = np.random.default_rng(comm.Get_rank()).standard_normal(400_003).astype(np.float32)
+    before = mpicomp.config.codec_threads
+    got = []
+    try:
+        for t in (1, 2):
+            mpicomp.config.codec_threads = t
+            ef = mpicomp.ErrorFeedback()
+            y = [mpicomp.allreduce(x, comm=comm, codec=codec, error_feedback=ef) for _ in range(2)]
+            got.append((y[0].tobytes(), y[1].tobytes(), ef.residual.tobytes()))
+    finally:
+        mpicomp.config.codec_threads = before
+    assert got[0] == got[1]

@@ -49,12 +49,14 @@ def parser():
                    help="instead: per codec, the size from which it beats codec none at every larger size")
     a = sub.add_parser("plan", help="AMSP's planner: the (s_p, s_g, s_os) with the least communication that fits")
     plan.add_arguments(a)
-    c = sub.add_parser("codecs", help="codec throughput on one core vs memcpy (one process)")
+    c = sub.add_parser("codecs", help="codec throughput on one core (or --threads) vs memcpy (one process)")
     c.add_argument("--codec", dest="codecs", type=codec_list, default=None, metavar="SPEC[,SPEC...]",
                    help="codecs to measure (default: every codec of this build)")
     c.add_argument("-n", "--elements", type=int, default=16 << 20, help="float32 elements (default 16 Mi)")
     c.add_argument("-r", "--repeats", type=int, default=5, help="best of this many runs")
     c.add_argument("--all-targets", action="store_true", help="every SIMD target this CPU supports")
+    c.add_argument("--threads", type=int, default=1, metavar="T",
+                   help="threads per codec call (config.codec_threads; default 1: one core)")
     add_data(c)
     c.add_argument("--json", metavar="PATH", help="also write the records as JSON")
     return p

@@ -1,11 +1,12 @@
-"""Codec throughput on one core: encode, decode and decode-accumulate GB/s per codec and SIMD
-target, beside memcpy measured in the same run (GB/s count float32 input bytes, so a codec
-"at memcpy speed" takes as long as copying its input once)."""
+"""Codec throughput on one core (or --threads T sharing each call, config.codec_threads):
+encode, decode and decode-accumulate GB/s per codec and SIMD target, beside memcpy measured in
+the same run on one thread (GB/s count float32 input bytes, so a codec "at memcpy speed" takes
+as long as copying its input once)."""
 import time
 
 import numpy as np
 
-from .. import _core, available_codecs, codec as get_codec
+from .. import _core, available_codecs, codec as get_codec, config
 from . import inputs, report
 
 
@@ -37,15 +38,19 @@ def run(args):
     x = inputs.make(args.data, n, 0)
     y = np.empty_like(x)
     specs = args.codecs or [get_codec(s) for s in available_codecs() if s != "none"]
-    specs = [c for c in specs if c.id is not None]  # powersgd is an allreduce, not a wire format
+    specs = [c for c in specs if c.wire]  # powersgd is an allreduce, not a wire format
     records = []
     targets = _core.cpu_targets() if args.all_targets else [_core.cpu_target()]
-    print(f"# mpicomp-bench codecs: {n} float32 elements ({x.nbytes >> 20} MiB), one core, best of {args.repeats}")
+    if args.threads < 1:
+        raise SystemExit(f"mpicomp-bench codecs: --threads must be at least 1, got {args.threads}")
+    where = "one core" if args.threads == 1 else f"{args.threads} threads per call"
+    print(f"# mpicomp-bench codecs: {n} float32 elements ({x.nbytes >> 20} MiB), {where}, best of {args.repeats}")
     print("# GB/s of float32 input; xMemcpy = codec GB/s / memcpy GB/s (same run)")
     t = report.Table([("Target", 10, "s"), ("Codec", 14, "s"), ("Encode", 9, ".2f"), ("Decode", 9, ".2f"),
                       ("DecodeAcc", 11, ".2f"), ("Memcpy", 9, ".2f"), ("xEnc", 7, ".2f"), ("xDec", 7, ".2f"),
                       ("xAcc", 7, ".2f"), ("Ratio", 7, ".2f")])
-    start = _core.cpu_target()
+    start, threads = _core.cpu_target(), config.codec_threads
+    config.codec_threads = args.threads
     try:
         for target in targets:
             _core.set_cpu_target(target)
@@ -53,11 +58,12 @@ def run(args):
             for c in specs:
                 g = [x.nbytes / s / 1e9 for s in seconds(c, x, args.repeats)]
                 t.row(target, c.spec, *g, memcpy, *(v / memcpy for v in g), inputs.ratio(c, x))
-                records.append(dict(op="codec", target=target, codec=c.spec, elements=n, device="cpu",
+                records.append(dict(op="codec", target=target, codec=c.spec, elements=n, device="cpu", threads=args.threads,
                                     encode_gbps=g[0], decode_gbps=g[1], decode_accumulate_gbps=g[2],
                                     memcpy_gbps=memcpy, ratio=inputs.ratio(c, x)))
     finally:
         _core.set_cpu_target(start)
+        config.codec_threads = threads
     if args.json:
         report.write_json(args.json, records)
     return 0
