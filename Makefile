@@ -63,7 +63,7 @@ test-openmpi:
 gpu-wheels: $(DEPS)
 	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux1_x86_64 -d .whl \
-	  $(MPI_PACKAGE_mpich) mpi4py==4.1.2 lz4==4.4.5 nvidia-libnvcomp-cu13==6.0.0.12
+	  $(MPI_PACKAGE_mpich) mpi4py==4.1.2 lz4==4.4.5 nvidia-libnvcomp-cu13==6.0.0.12 blosc2==4.14.1
 
 clean:
 	rm -rf build .venv .venv-openmpi

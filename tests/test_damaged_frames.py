@@ -23,11 +23,12 @@ def shim(tmp_path_factory):
     return lib
 
 
+@pytest.mark.parametrize("codec", ["lz4", "lossless"])
 @pytest.mark.parametrize("n", [2, 3])
 @pytest.mark.parametrize("coll", ["allreduce", "reduce_scatter", "allgather"])
-def test_damaged_frame_fails_the_call_on_every_rank(shim, coll, n):
+def test_damaged_frame_fails_the_call_on_every_rank(shim, coll, n, codec):
     env = dict(os.environ, LD_PRELOAD=str(shim), DAMAGE_RANK="1", DAMAGE_MESSAGES="1")
-    r = subprocess.run([str(BIN / "mpiexec"), "-n", str(n), sys.executable, str(HERE / "check.py"), coll],
+    r = subprocess.run([str(BIN / "mpiexec"), "-n", str(n), sys.executable, str(HERE / "check.py"), coll, codec],
                        capture_output=True, text=True, timeout=120, env=env)
     lines = sorted(line for line in r.stdout.splitlines() if line.startswith("rank "))
     assert r.returncode == 0 and len(lines) == n, r.stdout + r.stderr

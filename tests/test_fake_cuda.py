@@ -21,12 +21,13 @@ from pathlib import Path
 import mpi4py
 import pybind11
 import pytest
+from _native import blosc2_include, blosc2_link
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 FAKE = ROOT / "tests" / "fake_cuda"
-FLAGS = ["-std=c++17", "-O1", "-fPIC", "-ffp-contract=off", f"-I{FAKE}", "-fsanitize=alignment",
-         "-fno-sanitize-recover=alignment"]
+FLAGS = ["-std=c++17", "-O1", "-fPIC", "-ffp-contract=off", f"-I{FAKE}", blosc2_include(), "-fsanitize=alignment",
+         "-fno-sanitize-recover=alignment", "-pthread"]
 
 
 def _cxx(*args):
@@ -52,10 +53,10 @@ def built(tmp_path_factory):
     with ThreadPoolExecutor(os.cpu_count()) as pool:
         list(pool.map(lambda j: _cxx(*j[2], "-c", j[0], "-o", j[1]), jobs))
     objects = [o for _, o, _ in jobs]
-    _cxx("-rdynamic", "-o", out / "engine_check", *objects[:-len(bind) - 1], objects[-1], "-ldl")
+    _cxx("-rdynamic", "-o", out / "engine_check", *objects[:-len(bind) - 1], objects[-1], *blosc2_link())
     pkg = out / "pkg" / "mpicomp"
     shutil.copytree(ROOT / "python" / "mpicomp", pkg, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
-    _cxx("-shared", "-o", pkg / f"_core{sysconfig.get_config_var('EXT_SUFFIX')}", *objects[:-1], "-ldl")
+    _cxx("-shared", "-o", pkg / f"_core{sysconfig.get_config_var('EXT_SUFFIX')}", *objects[:-1], *blosc2_link())
     _cxx("-shared", "-o", out / "libfake_nvcomp.so", FAKE / "fake_nvcomp.cpp")
     return out
 

@@ -38,11 +38,12 @@ def chunks(frame, raw):
     return out
 
 
+@pytest.mark.parametrize("codec", ["lz4", "lossless"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
 @pytest.mark.parametrize("n", [0, 1, 13, CHUNK // 4 - 1, CHUNK // 4, CHUNK // 4 + 1, 300_001])
 @pytest.mark.parametrize("kind", ["noise", "zeros", "sparse"])
-def test_roundtrip_is_exact(dtype, n, kind):
-    c = mpicomp.codec("lz4")
+def test_roundtrip_is_exact(codec, dtype, n, kind):
+    c = mpicomp.codec(codec)
     x = {"noise": lambda: np.random.default_rng(n).standard_normal(n).astype(dtype),
          "zeros": lambda: np.zeros(n, dtype), "sparse": lambda: gradient_like(n, dtype, n)}[kind]()
     frame = c.encode(x)

@@ -32,7 +32,8 @@ def test_preload_library_is_installed():
     assert Path(PRELOAD).is_file()
 
 
-@pytest.mark.parametrize("n,codec", [(3, c) for c in ("off", "none", "fp16", "bf16", "int8", "int4", "sign", "lz4")]
+@pytest.mark.parametrize("n,codec", [(3, c) for c in ("off", "none", "fp16", "bf16", "int8", "int4", "sign", "lz4", "lossless",
+                                                    "blosc:cname=lz4,filter=shuffle,clevel=3")]
                          + [(2, "off"), (2, "int8"), (2, "sign")])
 def test_c_program_results_within_codec_bounds(program, n, codec):
     r = mpiexec(n, program, codec, MPICOMP_CODEC=codec, MPICOMP_DTYPES="float,double")  # its doubles' bounds too
@@ -123,7 +124,8 @@ def test_the_old_compress_local_variable_is_refused(program):
                                        ("MPICOMP_MIN_BYTES", "lots"), ("MPICOMP_MIN_BYTES", "-5"),
                                        ("MPICOMP_SEGMENT_BYTES", "0"), ("MPICOMP_SEGMENT_BYTES", "99999999999"),
                                        ("MPICOMP_STATS", "yes"), ("MPICOMP_CODEC_THREADS", "2000"),
-                                       ("MPICOMP_SKIP_LOCAL", "true"), ("MPICOMP_DTYPES", "float,int")])
+                                       ("MPICOMP_SKIP_LOCAL", "true"), ("MPICOMP_DTYPES", "float,int"),
+                                       ("MPICOMP_CODEC", "blosc:cname=snappy"), ("MPICOMP_CODEC", "lossless:clevel=12")])
 def test_invalid_setting_aborts_naming_the_variable(program, var, value):
     r = mpiexec(2, program, "off", timeout=60, **{var: value})
     assert r.returncode != 0

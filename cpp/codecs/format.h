@@ -41,19 +41,23 @@ namespace mpicomp {
 
 enum class DType : uint8_t { f32 = 0, f16 = 1, bf16 = 2, f64 = 3, i8 = 4, u8 = 5, i16 = 6, i32 = 7, i64 = 8 };
 constexpr int kDTypes = 9;
-enum class CodecId : uint8_t { none = 0, fp16 = 1, bf16 = 2, int8 = 3, int4 = 4, sign = 5, lz4 = 6, bitcomp = 7, ans = 8 };
+enum class CodecId : uint8_t {
+  none = 0, fp16 = 1, bf16 = 2, int8 = 3, int4 = 4, sign = 5, lz4 = 6, blosc = 7, bitcomp = 8, ans = 9
+};
 
-// Spec names (as mpicomp.codec() takes them) by CodecId; the last two run on GPUs only.
-constexpr int kCodecs = 9, kHostCodecs = 7;
+// Spec names (as mpicomp.codec() takes them) by CodecId; the last two run on GPUs only, and
+// blosc on host memory only.
+constexpr int kCodecs = 10, kHostCodecs = 8;
 inline const char* codec_name(CodecId c) {
-  static const char* names[kCodecs] = {"none", "fp16", "bf16", "int8", "int4", "sign", "lz4", "nvcomp-bitcomp", "nvcomp-ans"};
+  static const char* names[kCodecs] = {"none", "fp16", "bf16", "int8", "int4", "sign", "lz4", "blosc", "nvcomp-bitcomp",
+                                       "nvcomp-ans"};
   return int(c) < kCodecs ? names[int(c)] : "unknown";
 }
 
 // A codec together with its options; what both ends of a transfer must agree on.
 struct Spec {
   CodecId id = CodecId::none;
-  uint32_t block = 256;  // elements per scale record (blockwise codecs only)
+  uint32_t block = 256;  // elements per scale record (blockwise codecs); blosc: its options (blosc.h)
 };
 
 constexpr uint32_t kLanes = 32;        // one CUDA warp; also the CPU's partial-sum width
@@ -108,7 +112,7 @@ inline size_t frame_bytes(const uint8_t* f, size_t raw) {
 MPICOMP_HD size_t encoded_bytes(Spec s, DType t, size_t n) {
   switch (s.id) {
     case CodecId::none: return n * dtype_size(t);
-    case CodecId::lz4: case CodecId::bitcomp: case CodecId::ans: return frame_bound(n * dtype_size(t));
+    case CodecId::lz4: case CodecId::blosc: case CodecId::bitcomp: case CodecId::ans: return frame_bound(n * dtype_size(t));
     case CodecId::fp16: case CodecId::bf16: return 2 * n;
     default: {
       size_t full = n / s.block, rem = n % s.block;

@@ -34,7 +34,7 @@ uint8_t* at(void* p, size_t bytes) { return static_cast<uint8_t*>(p) + bytes; }
 }  // namespace
 
 size_t host_encode(Spec s, DType t, const void* x, size_t n, float* residual, uint8_t* out) {
-  if (is_lossless(s.id)) return host_frame_encode(s.id, static_cast<const uint8_t*>(x), n * dtype_size(t), out);
+  if (is_lossless(s.id)) return host_frame_encode(s, dtype_size(t), static_cast<const uint8_t*>(x), n * dtype_size(t), out);
   const CpuKernels& k = cpu_kernels();
   in_ranges(s, n, [&](size_t first, size_t len) {
     k.encode(s, t, at(x, first * dtype_size(t)), len, residual ? residual + first : nullptr,
@@ -55,7 +55,7 @@ void host_decode(Spec s, DType t, const uint8_t* in, size_t n, float scale, void
     });
   }
   require_unscaled(scale);
-  host_frame_decode(s.id, in, n * dtype_size(t), static_cast<uint8_t*>(y));
+  host_frame_decode(s, in, n * dtype_size(t), static_cast<uint8_t*>(y));
 }
 
 void host_decode_accumulate(Spec s, DType t, const uint8_t* in, size_t n, float* acc) {
@@ -67,7 +67,7 @@ void host_decode_accumulate(Spec s, DType t, const uint8_t* in, size_t n, float*
   }
   thread_local std::vector<uint8_t> raw;
   raw.resize(n * dtype_size(t));
-  host_frame_decode(s.id, in, raw.size(), raw.data());
+  host_frame_decode(s, in, raw.size(), raw.data());
   cpu_kernels().decode_accumulate(Spec{}, t, raw.data(), n, acc);
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../core/errors.h"
+#include "blosc.h"
 
 namespace mpicomp {
 namespace {
@@ -78,15 +79,17 @@ size_t chunk_len(size_t raw, size_t i) { return std::min(kChunkBytes, raw - i * 
 
 }  // namespace
 
-size_t host_frame_encode(CodecId c, const uint8_t* x, size_t raw, uint8_t* out) {
-  if (c != CodecId::lz4) gpu_only(c);
+size_t host_frame_encode(Spec s, size_t typesize, const uint8_t* x, size_t raw, uint8_t* out) {
+  if (s.id != CodecId::lz4 && s.id != CodecId::blosc) gpu_only(s.id);
   const size_t m = frame_chunks(raw);
   if (!m) return 0;  // out may be null
   size_t pos = frame_header_bytes(m);
   std::memset(out, 0, pos);
   for (size_t i = 0; i < m; ++i) {
     const size_t len = chunk_len(raw, i);
-    size_t stored = lz4_compress_block(x + i * kChunkBytes, len, out + pos, len - 1);
+    size_t stored = s.id == CodecId::blosc
+                        ? blosc_compress_chunk(s.block, typesize, x + i * kChunkBytes, len, out + pos, len)
+                        : lz4_compress_block(x + i * kChunkBytes, len, out + pos, len - 1);
     uint32_t word = uint32_t(stored);
     if (!stored) {
       std::memcpy(out + pos, x + i * kChunkBytes, len);
@@ -100,7 +103,8 @@ size_t host_frame_encode(CodecId c, const uint8_t* x, size_t raw, uint8_t* out) 
   return pos;
 }
 
-void host_frame_decode(CodecId c, const uint8_t* in, size_t raw, uint8_t* y) {
+void host_frame_decode(Spec s, const uint8_t* in, size_t raw, uint8_t* y) {
+  const CodecId c = s.id;
   const size_t m = frame_chunks(raw), cap = frame_bound(raw);
   size_t pos = frame_header_bytes(m);
   for (size_t i = 0; i < m; ++i) {
@@ -112,8 +116,12 @@ void host_frame_decode(CodecId c, const uint8_t* in, size_t raw, uint8_t* y) {
     if (ok && as_is) {
       std::memcpy(y + i * kChunkBytes, in + pos, len);
     } else if (ok) {
-      if (c != CodecId::lz4) gpu_only(c);
-      ok = lz4_decompress_block(in + pos, stored, y + i * kChunkBytes, len);
+      if (c == CodecId::blosc)
+        ok = blosc_decompress_chunk(in + pos, stored, y + i * kChunkBytes, len);
+      else if (c == CodecId::lz4)
+        ok = lz4_decompress_block(in + pos, stored, y + i * kChunkBytes, len);
+      else
+        gpu_only(c);
     }
     if (!ok)
       throw Error(ErrorKind::codec, "corrupt lossless frame: chunk " + std::to_string(i) + " of " + std::to_string(m) +

@@ -1,5 +1,6 @@
-// Layer 1, host memory: the lossless frames of format.h (lz4 only; nvCOMP's codecs run on
-// GPUs), and the LZ4 block format they hold, which the stand-in nvCOMP of the tests shares.
+// Layer 1, host memory: the lossless frames of format.h (lz4, and blosc's Blosc2 chunks:
+// blosc.h; nvCOMP's codecs run on GPUs), and the LZ4 block format they hold, which the
+// stand-in nvCOMP of the tests shares.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -9,9 +10,10 @@
 namespace mpicomp {
 
 // The frame of `raw` bytes of x in out (room for frame_bound(raw)); returns its size.
-size_t host_frame_encode(CodecId c, const uint8_t* x, size_t raw, uint8_t* out);
+// typesize: the bytes of one element (Blosc2's shuffles regroup them by byte position).
+size_t host_frame_encode(Spec s, size_t typesize, const uint8_t* x, size_t raw, uint8_t* out);
 // Restores the `raw` bytes of the frame at in; a corrupt frame raises a codec Error.
-void host_frame_decode(CodecId c, const uint8_t* in, size_t raw, uint8_t* y);
+void host_frame_decode(Spec s, const uint8_t* in, size_t raw, uint8_t* y);
 
 // One LZ4 block (the lz4 library's block format) of src, if it is shorter than `cap` bytes;
 // returns its size, or 0 when it does not fit.

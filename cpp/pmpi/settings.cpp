@@ -1,5 +1,9 @@
 #include "settings.h"
 
+#include <vector>
+
+#include "../codecs/blosc.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
@@ -8,19 +12,54 @@
 namespace mpicomp::pmpi {
 namespace {
 
-// "int4" or "int4:block=128": the spec syntax of mpicomp.codec().
+// Codec blosc's options "cname=zstd,filter=bitshuffle,clevel=1" (any of them, any order)
+// into spec.block, as mpicomp.codec("blosc", ...) packs them.
+bool parse_blosc(const std::string& opts, Spec& spec, std::string& why) {
+  static const std::pair<const char*, unsigned> cnames[] = {{"blosclz", 0}, {"lz4", 1}, {"lz4hc", 2}, {"zlib", 4},
+                                                            {"zstd", 5}};
+  static const std::pair<const char*, unsigned> filters[] = {{"none", 0}, {"shuffle", 1}, {"bitshuffle", 2}};
+  unsigned cname = 5, filter = 1, level = 1;  // mpicomp.codec("blosc")'s defaults: zstd, shuffle, 1
+  size_t start = 0;
+  while (start <= opts.size() && !opts.empty()) {
+    const std::string item = opts.substr(start, opts.find(',', start) - start);
+    const std::string key = item.substr(0, item.find('=')), value = item.substr(item.find('=') + 1);
+    bool ok = false;
+    if (key == "cname" || key == "filter") {
+      for (auto& [n, v] : key == "cname" ? std::vector(std::begin(cnames), std::end(cnames))
+                                         : std::vector(std::begin(filters), std::end(filters)))
+        if (value == n) (key == "cname" ? cname : filter) = v, ok = true;
+    } else if (key == "clevel") {
+      ok = value.size() == 1 && value[0] >= '0' && value[0] <= '9';
+      if (ok) level = unsigned(value[0] - '0');
+    }
+    if (!ok || item.find('=') == std::string::npos) {
+      why = "option '" + item + "' is not valid for codec blosc (cname=blosclz|lz4|lz4hc|zlib|zstd, "
+            "filter=none|shuffle|bitshuffle, clevel=0-9)";
+      return false;
+    }
+    if (opts.find(',', start) == std::string::npos) break;
+    start = opts.find(',', start) + 1;
+  }
+  spec.block = blosc_options(cname, filter, level);
+  return true;
+}
+
+// "int4", "int4:block=128" or "blosc:cname=zstd": the spec syntax of mpicomp.codec();
+// "lossless" is blosc's name with its defaults.
 bool parse_spec(const std::string& text, Spec& spec, std::string& why) {
   std::string name = text.substr(0, text.find(':'));
-  int id = -1;
+  int id = name == "lossless" ? int(CodecId::blosc) : -1;
   for (int i = 0; i < kHostCodecs; ++i)  // host buffers: not the GPU-only codecs
     if (name == codec_name(CodecId(i))) id = i;
   if (id < 0) {
     why = "unknown codec '" + name + "' (codecs: ";
     for (int i = 0; i < kHostCodecs; ++i) why += std::string(codec_name(CodecId(i))) + ", ";
-    why += "or off)";
+    why += "lossless, or off)";
     return false;
   }
   spec = Spec{CodecId(id), 256};
+  if (spec.id == CodecId::blosc)
+    return parse_blosc(text.find(':') == std::string::npos ? "" : text.substr(text.find(':') + 1), spec, why);
   if (text.find(':') == std::string::npos) return true;
   std::string opts = text.substr(text.find(':') + 1);
   if (opts.rfind("block=", 0) != 0 || !is_blockwise(spec.id)) {

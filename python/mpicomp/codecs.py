@@ -360,6 +360,50 @@ class Lz4Codec(_LosslessCodec):
     name, id = "lz4", _IDS["lz4"]
 
 
+class BloscCodec(_LosslessCodec):
+    """C-Blosc2 (the scientific-Python standard for typed lossless compression), host arrays
+    only: each 64 KiB chunk is shuffled by byte position (``filter="shuffle"``) or bit
+    position (``"bitshuffle"``) over elements of the dtype's size, then compressed by
+    ``cname`` (``blosclz``, ``lz4``, ``lz4hc``, ``zlib``, ``zstd``) at ``clevel`` (0-9). Unlike
+    LZ4 on raw bytes, the shuffles find the redundancy of dense floating-point data: bfloat16
+    and fp32 activations and gradients share their exponents' high bits (about 1.15-1.4x
+    measured, sparse data far more). Exact for every dtype. Blosc2 checks every chunk it
+    decodes: a damaged frame raises CodecError."""
+
+    name, id = "blosc", _IDS["blosc"]
+    _CNAMES = {"blosclz": 0, "lz4": 1, "lz4hc": 2, "zlib": 4, "zstd": 5}
+    _FILTERS = {"none": 0, "shuffle": 1, "bitshuffle": 2}
+    _options = {"cname": "zstd", "filter": "shuffle", "clevel": 1}
+
+    def _check(self, options):
+        for key, table in (("cname", self._CNAMES), ("filter", self._FILTERS)):
+            if options[key] not in table:
+                raise CodecError(f"codec {self.name!r}: {key} must be one of {', '.join(table)}, got {options[key]!r}")
+        level = options["clevel"]
+        if not isinstance(level, (int, np.integer)) or isinstance(level, bool) or not 0 <= level <= 9:
+            raise CodecError(f"codec {self.name!r}: clevel must be an integer in [0, 9], got {level!r}")
+
+    @property
+    def block(self):
+        """The options as the core takes them (blosc.h: blosc_options)."""
+        o = self.options
+        return self._CNAMES[o["cname"]] | self._FILTERS[o["filter"]] << 4 | int(o["clevel"]) << 8
+
+    def check_memory(self, on_device):
+        if on_device:
+            raise BackendError(f"codec {self.name!r} runs on host arrays only (Blosc2 has no GPU version); "
+                               f"'lz4' or the nvcomp-* codecs compress GPU buffers")
+
+
+class LosslessCodec(BloscCodec):
+    """``blosc`` with its defaults, the settings measured best for training traffic (byte
+    shuffle, then zstd at level 1: the best ratio in 7 of 8 of bench/lossless_ratios.py's
+    gradients and ReLU activations, float32 and bfloat16, against bitshuffle and lz4), under
+    a name that says what it promises."""
+
+    name = "lossless"
+
+
 class NvcompLz4Codec(Lz4Codec):
     """``lz4`` under the name the nvCOMP codecs share; listed only where nvCOMP is loaded."""
 
@@ -388,7 +432,8 @@ _FLOAT64_REFUSED = ("codec {name!r} computes in float32, but {argument} has dtyp
                     "{argument}.astype('float32') to compress")
 
 _CODECS = {c.name: c for c in (NoneCodec, Fp16Codec, Bf16Codec, Int8Codec, Int4Codec, SignCodec, PowerSGDCodec,
-                               Lz4Codec, NvcompLz4Codec, NvcompBitcompCodec, NvcompAnsCodec)}
+                               Lz4Codec, BloscCodec, LosslessCodec, NvcompLz4Codec, NvcompBitcompCodec,
+                               NvcompAnsCodec)}
 _NVCOMP_NAMES = ("nvcomp-lz4", "nvcomp-bitcomp", "nvcomp-ans")
 _CACHE = {}
 

@@ -15,13 +15,15 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+from _native import blosc2_include, blosc2_link  # noqa: E402
 CODECS = ROOT / "cpp" / "codecs"
 FLAGS = ["-std=c++17", "-O1", "-g", "-fsanitize=fuzzer-no-link,address,undefined", "-fno-sanitize-recover=undefined",
-         f"-I{ROOT / 'cpp'}"]
+         f"-I{ROOT / 'cpp'}", blosc2_include()]
 # The per-target flags of CMakeLists.txt.
 X86 = {"cpu_avx2.cpp": ["-mavx2", "-mfma", "-mf16c"],
        "cpu_avx512.cpp": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx2", "-mfma", "-mf16c"]}
-HEADER_CODECS = ("none", "fp16", "bf16", "int8", "int4", "sign", "lz4")  # decode_fuzzer's kFuzzCodecs
+HEADER_CODECS = ("none", "fp16", "bf16", "int8", "int4", "sign", "lz4", "blosc")  # decode_fuzzer's kFuzzCodecs
 HEADER_DTYPES = ("float32", "float16", "bfloat16")  # the first of each of its dtype lists
 
 
@@ -41,7 +43,8 @@ def build(out):
         sys.exit("decode_fuzzer needs clang++ with libFuzzer (Debian: apt-get install clang libclang-rt-dev)")
     out.mkdir(parents=True, exist_ok=True)
     x86 = platform.machine() in ("x86_64", "AMD64")
-    sources = [CODECS / n for n in ("cpu_baseline.cpp", "cpu_dispatch.cpp", "host_codec.cpp", "lossless.cpp")]
+    sources = [CODECS / n for n in ("cpu_baseline.cpp", "cpu_dispatch.cpp", "host_codec.cpp", "parallel.cpp",
+                                    "lossless.cpp", "blosc.cpp")]
     sources += [CODECS / n for n in X86] if x86 else []
     defines = ["-DMPICOMP_X86_TARGETS"] if x86 else []
 
@@ -53,7 +56,7 @@ def build(out):
     with ThreadPoolExecutor() as pool:
         objects = list(pool.map(compile_one, [*sources, Path(__file__).with_name("decode_fuzzer.cpp")]))
     exe = out / "decode_fuzzer"
-    subprocess.run([cxx, *FLAGS, "-fsanitize=fuzzer", *map(str, objects), "-o", str(exe)], check=True)
+    subprocess.run([cxx, *FLAGS, "-fsanitize=fuzzer", *map(str, objects), "-o", str(exe), *blosc2_link()], check=True)
     return exe
 
 
@@ -71,7 +74,8 @@ def seeds(corpus):
             x = rng.standard_normal(n).astype(dtype)
             x[100:400] = 0  # runs that lz4 compresses
             frame = mpicomp.codec(name, **({"block": 64} if name in ("int8", "int4", "sign") else {})).encode(x)
-            header = bytes([ci, di, 1, n & 255, n >> 8])  # block 64: 32 * (1 + 1)
+            # block 64 (32 * (1 + 1)); for blosc, byte 2 = 9 names zstd and shuffle, its defaults
+            header = bytes([ci, di, 9 if name == "blosc" else 1, n & 255, n >> 8])
             (corpus / f"{name}-{dtype}").write_bytes(header + frame.tobytes())
 
 

@@ -1,4 +1,4 @@
-// libFuzzer target: every host decoder (codecs none, fp16, bf16, int8, int4, sign, lz4; each
+// libFuzzer target: every host decoder (codecs none, fp16, bf16, int8, int4, sign, lz4, blosc; each
 // SIMD target this CPU runs) on arbitrary bytes. Built with ASan and UBSan by `make fuzz`
 // (long runs) and tests/test_fuzz.py (a bounded run in `make test`). Input: codec, dtype,
 // block and SIMD target, element count (2 bytes), then the frame. The frame is copied into a
@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "codecs/blosc.h"
 #include "codecs/codec.h"
 #include "codecs/host_codec.h"
 #include "core/errors.h"
@@ -22,7 +23,8 @@ using namespace mpicomp;
 namespace {
 
 const CodecId kFuzzCodecs[] = {CodecId::none, CodecId::fp16, CodecId::bf16, CodecId::int8,
-                           CodecId::int4, CodecId::sign, CodecId::lz4};
+                               CodecId::int4, CodecId::sign, CodecId::lz4, CodecId::blosc};
+const unsigned kBloscCompressors[] = {0, 1, 2, 4, 5};  // blosclz, lz4, lz4hc, zlib, zstd
 // What each codec takes (codecs.py, check_combination): lossless frames carry any dtype's
 // bytes; the others decode floating-point data, float64 with none only.
 const DType kFloats[] = {DType::f32, DType::f16, DType::bf16};
@@ -46,10 +48,11 @@ bool decodes(bool may_fail, F&& f) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 5) return 0;
   static const std::vector<std::string> targets = cpu_targets();
-  const CodecId c = kFuzzCodecs[data[0] % 7];
+  const CodecId c = kFuzzCodecs[data[0] % 8];
   const bool lossless = is_lossless(c);
   const DType t = lossless ? kAny[data[1] % 7] : c == CodecId::none ? kAny[data[1] % 4] : kFloats[data[1] % 3];
-  const Spec s{c, 32u * (1u + data[2] % 8)};
+  const Spec s{c, c == CodecId::blosc ? blosc_options(kBloscCompressors[data[2] % 5], data[2] / 5 % 3, 1)
+                                      : 32u * (1u + data[2] % 8)};
   set_cpu_target(targets[(data[2] >> 3) % targets.size()]);
   const size_t n = data[3] | size_t(data[4]) << 8;
   data += 5, size -= 5;

@@ -51,10 +51,18 @@ std::mutex g_load;
 
 const char* nv_name(CodecId c) { return c == CodecId::lz4 ? "LZ4" : c == CodecId::bitcomp ? "Bitcomp" : "ANS"; }
 
+// g_api's entry of an nvCOMP codec; the host's Blosc2 has none.
+int api_index(CodecId c) {
+  if (c == CodecId::lz4) return 0;
+  if (c == CodecId::bitcomp) return 1;
+  if (c == CodecId::ans) return 2;
+  throw Error(ErrorKind::backend, std::string("codec ") + codec_name(c) + " runs on host memory only, not on GPU buffers");
+}
+
 const Api& api(CodecId c) {
   if (!g_loaded)
     throw Error(ErrorKind::backend, "nvCOMP is not loaded: pip install 'mpicomp[cuda]' (nvidia-nvcomp-cu13)");
-  return g_api[int(c) - int(CodecId::lz4)];
+  return g_api[api_index(c)];
 }
 
 void nv(Status s, CodecId c, const char* what) {
@@ -113,7 +121,7 @@ std::string nvcomp_load(const std::string& path) {
       throw std::runtime_error("nvCOMP " + std::to_string(p.version / 1000) + ".x; mpicomp speaks nvCOMP 6");
     for (CodecId c : {CodecId::lz4, CodecId::bitcomp, CodecId::ans}) {
       const std::string n = std::string("nvcompBatched") + nv_name(c);
-      g_api[int(c) - int(CodecId::lz4)] = {
+      g_api[api_index(c)] = {
           reinterpret_cast<MaxOutputChunk>(sym(n + "CompressGetMaxOutputChunkSize")),
           reinterpret_cast<TempSize>(sym(n + "CompressGetTempSize")), reinterpret_cast<Compress>(sym(n + "CompressAsync")),
           reinterpret_cast<TempSize>(sym(n + "DecompressGetTempSize")),
