@@ -148,9 +148,10 @@ def _timed_lines(proc, out):
 def test_header_and_rows_arrive_as_measured_through_a_pipe():
     """Under mpiexec, stdout a pipe: the header comes before the first measurement ends, each
     size's rows when it is measured, and a progress line per size on stderr once the run is
-    long. 8M then 16M, 60 iterations: each size takes seconds here."""
+    long. 8M then 16M, 150 iterations: each size takes about a second here (at 60 the 8M
+    size once took 0.24 s, under the 0.25 s this test needs to tell streaming from the end)."""
     proc = subprocess.Popen([MPIEXEC, "-n", "2", sys.executable, "-m", "mpicomp.bench", "allreduce", "-m", "8M:16M",
-                             "-i", "60", "-x", "1", "--rounds", "1", "--codec", "int8", "--compare", "mpi"],
+                             "-i", "150", "-x", "1", "--rounds", "1", "--codec", "int8", "--compare", "mpi"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines = []
     reader = threading.Thread(target=_timed_lines, args=(proc, lines))
@@ -169,7 +170,7 @@ def test_header_and_rows_arrive_as_measured_through_a_pipe():
     assert first_row_at - header_at > 0.25, lines  # all at once when printed at the end
     assert last_row_at - first_row_at > 0.25, lines
     if first_row_at - header_at > 1.5:  # long enough: the 16M size is announced
-        assert "# 16M (2/2): mpi, int8; rounds: 1, iterations: 60;" in err, err
+        assert "# 16M (2/2): mpi, int8; rounds: 1, iterations: 150;" in err, err
 
 
 def test_notes_for_what_was_left_out_or_rounded():

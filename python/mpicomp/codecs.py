@@ -39,6 +39,7 @@ class Codec:
     name = "none"
     _options = {}
     device_only = False  # whether it runs on GPU buffers only
+    host_only = False  # whether it runs on host arrays only
     exact = False  # decodes to its input (none, lossless): no error feedback to keep
     wire = True  # a message format every collective sends; False: an allreduce algorithm (powersgd)
 
@@ -370,7 +371,7 @@ class BloscCodec(_LosslessCodec):
     measured, sparse data far more). Exact for every dtype. Blosc2 checks every chunk it
     decodes: a damaged frame raises CodecError."""
 
-    name, id = "blosc", _IDS["blosc"]
+    name, id, host_only = "blosc", _IDS["blosc"], True
     _CNAMES = {"blosclz": 0, "lz4": 1, "lz4hc": 2, "zlib": 4, "zstd": 5}
     _FILTERS = {"none": 0, "shuffle": 1, "bitshuffle": 2}
     _options = {"cname": "zstd", "filter": "shuffle", "clevel": 1}
