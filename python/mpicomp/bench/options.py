@@ -116,7 +116,8 @@ def iterations_note(args):
 
 def add_data(p):
     p.add_argument("--data", choices=inputs.KINDS, default="normal",
-                   help="normal noise, sparse (80%% zero rows of 256, as an embedding's gradient), osu "
+                   help="normal noise, sparse (80%% zero rows of 256, as an embedding's gradient), relu "
+                        "(noise through a ReLU, as activations), osu "
                         "(OSU's memset(buf, 1): every float 2.37e-38) or subnormal (noise * 1e-42)")
 
 
