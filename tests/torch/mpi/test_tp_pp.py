@@ -118,3 +118,26 @@ def test_gpipe_stages_disagreeing_on_the_shape_raise_on_every_stage():
     with pytest.raises(mpicomp.ShapeMismatchError, match=match):
         mt.GPipe(stage, WORLD, shape).step(xs, ts, F.mse_loss)
     WORLD.Barrier()
+
+
+@pytest.mark.parametrize("codec", ["lz4", "lossless"])
+def test_lossless_tp_and_pp_traffic_changes_no_number(codec):
+    """Issue 25's hybrid design: lossless codecs for tensor- and pipeline-parallel traffic,
+    where lossy error would change training. Forward outputs, input gradients and weight
+    gradients equal the uncompressed layers' (bit for bit on 2 ranks; with more, the
+    reductions add the partial sums in another order than MPI's)."""
+    mpicomp.config.min_bytes = 0
+    same = torch.equal if N == 2 else lambda a, b: torch.allclose(a, b, rtol=1e-6, atol=1e-7)
+    plain, _ = tp_and_reference()
+    packed, _ = tp_and_reference(mt.Policy(tp=codec))
+    for a, b in zip(run(plain), run(packed)):
+        assert same(a, b)
+    for p, q in zip(plain.parameters(), packed.parameters()):
+        assert same(p.grad, q.grad)
+    xs, ts = micro_batches()
+    losses, grads = [], []
+    for policy in (None, mt.Policy(pp=codec)):
+        stage, _ = stages_and_reference()
+        losses.append(mt.GPipe(stage, WORLD, (4, 6), policy=policy).step(xs, ts, F.mse_loss))
+        grads.append([p.grad for p in stage.parameters()])
+    assert losses[0] == losses[1] and all(torch.equal(a, b) for a, b in zip(*grads))
