@@ -11,6 +11,18 @@ import json
 import numpy as np
 
 
+def policy(log):
+    """The run's policy preset, with its mild codec where that is not the default int8."""
+    a = log["args"]
+    return a["policy"] + (f" ({a['mild']})" if a["policy"] == "hybrid" and a.get("mild", "int8") != "int8" else "")
+
+
+def sent(log):
+    """Bytes per step on the wire: measured (mpicomp.stats) where the log has it, which a
+    lossless codec needs (its size depends on the data); else the policy's nominal count."""
+    return log.get("wire_bytes_per_step") or log["bytes_per_step"]
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("logs", nargs="+")
@@ -37,12 +49,12 @@ def main():
     fig, axes = plt.subplots(1, len(runs), figsize=(5.5 * len(runs), 4), squeeze=False)
     kernel = np.ones(a.window) / a.window
     for ax, (layout, logs) in zip(axes[0], sorted(runs.items())):
-        for log in sorted(logs, key=lambda l: l["args"]["policy"]):
+        for log in sorted(logs, key=policy):
             loss = np.array([s["loss"] for s in log["steps"]])
             smooth = np.convolve(loss, kernel, mode="valid")
-            mb = log["bytes_per_step"] / 1e6
+            mb = sent(log) / 1e6
             ax.plot(np.arange(len(smooth)) + a.window, smooth,
-                    label=f"{log['args']['policy']}: final {log['final_loss']:.3f}, {mb:.2f} MB/step")
+                    label=f"{policy(log)}: final {log['final_loss']:.3f}, {mb:.2f} MB/step")
         ax.set(title=layout, xlabel="step", ylabel=f"loss (mean of {a.window} steps)")
         ax.set_ylim(top=min(ax.get_ylim()[1], 3.2))
         ax.grid(alpha=0.3)
@@ -58,16 +70,16 @@ def table(runs):
     order = {"none": 0, "naive": 1, "hybrid": 2}
     for layout, logs in sorted(runs.items()):
         base = next((l for l in logs if l["args"]["policy"] == "none"), None)
-        for log in sorted(logs, key=lambda l: order.get(l["args"]["policy"], 9)):
-            loss, mb, s = log["final_loss"], log["bytes_per_step"], log.get("seconds_per_step")
+        for log in sorted(logs, key=lambda l: (order.get(l["args"]["policy"], 9), policy(l))):
+            loss, mb, s = log["final_loss"], sent(log), log.get("seconds_per_step")
             vs = fewer = speed = ""
             if base is not None and log is not base:
                 vs = f"{(loss / base['final_loss'] - 1) * 100:+.2f}%"
-                fewer = f"{base['bytes_per_step'] / mb:.2f}x"
+                fewer = f"{sent(base) / mb:.2f}x"
                 if s and base.get("seconds_per_step"):
                     speed = f"{base['seconds_per_step'] / s:.2f}x"
             ms = "-" if s is None else f"{s * 1e3:.1f}"
-            print(f"| {layout} | {log['args']['policy']} | {loss:.4f} | {vs} | {mb / 1e6:.3f} | {fewer or '1x'} "
+            print(f"| {layout} | {policy(log)} | {loss:.4f} | {vs} | {mb / 1e6:.3f} | {fewer or '1x'} "
                   f"| {ms} | {speed} |")
 
 

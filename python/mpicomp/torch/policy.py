@@ -77,7 +77,9 @@ class Policy:
                 where int4 with 256-element blocks (7.8x) stayed 1.3% above it. "sign"
                 (28x) needs error feedback to converge at all.
             mild: codec of "hybrid" for tp and pp traffic; int8 (3.9x) by default, "bf16"
-                (2x) is milder still.
+                (2x) is milder still, "lossless" (Blosc2, 1.2x on activations) changes no
+                number: the role of the lossless float compressor in the hybrid design
+                (docs/torch.md measures where each pays).
         """
         if name == "none":
             p = cls()
