@@ -178,6 +178,36 @@ def test_all_targets_encode_identical_bytes(name):
             np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))
 
 
+@pytest.mark.parametrize("name", CODECS)
+def test_all_targets_agree_on_float16_data(name):
+    # float16 in (every bit pattern, then noise) and float16 out take F16C's bulk conversions
+    # where the target has them; the bytes must be the scalar target's, and the float16 result
+    # the float32 one rounded (numpy), every NaN as the one pattern 0x7e00.
+    c = mpicomp.codec(name)
+    x = np.concatenate([_all_f16_bits().view(np.float16), data(100_003).astype(np.float16)])
+    before = _core.cpu_target()
+    outs = []
+    try:
+        for t in TARGETS:
+            _core.set_cpu_target(t)
+            enc = c.encode(x)
+            outs.append((enc, c.decode(enc, x.size, "float16")))
+    finally:
+        _core.set_cpu_target(before)
+    for o in outs[1:]:
+        for a, b in zip(outs[0], o):
+            np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))
+    enc, half = outs[0]
+    if name == "none":  # exact: every pattern, NaN payloads included
+        np.testing.assert_array_equal(half.view(np.uint16), x.view(np.uint16))
+        return
+    single = c.decode(enc, x.size, "float32")
+    nan = np.isnan(single)
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(half.view(np.uint16)[~nan], single[~nan].astype(np.float16).view(np.uint16))
+    assert np.all(half.view(np.uint16)[nan] == 0x7E00)
+
+
 @pytest.mark.parametrize("name", ["fp16", "bf16", "int8", "int4", "sign"])
 def test_residual_keeps_what_the_codec_dropped(name):
     c = mpicomp.codec(name)

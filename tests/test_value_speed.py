@@ -15,7 +15,7 @@ import pytest
 import mpicomp
 from mpicomp import _core
 from mpicomp.bench import inputs
-from mpicomp.bench.codecs import F32
+from mpicomp.bench.codecs import kernels
 
 N = 1 << 22
 ROUNDS = 7
@@ -29,21 +29,11 @@ def one_thread():
     mpicomp.config.codec_threads = before
 
 
-def _ops(c, x):
-    """The three codec kernels on x, as zero-argument calls."""
-    buf, y, acc = np.empty(c.encoded_bytes(x.size), np.uint8), np.empty_like(x), np.zeros_like(x)
-    _core.encode(c.id, c.block, F32, x.ctypes.data, x.size, 0, buf.ctypes.data)
-    return {"encode": lambda: _core.encode(c.id, c.block, F32, x.ctypes.data, x.size, 0, buf.ctypes.data),
-            "decode": lambda: _core.decode(c.id, c.block, F32, buf.ctypes.data, x.size, 1.0, y.ctypes.data),
-            "decode_accumulate": lambda: _core.decode_accumulate(c.id, c.block, F32, buf.ctypes.data, x.size,
-                                                                 acc.ctypes.data)}
-
-
 @pytest.mark.parametrize("name", ["int8", "int4", "sign"])
 def test_tiny_and_subnormal_data_run_at_normal_speed(name, one_thread):
     c = mpicomp.codec(name)
     kinds = ("normal", "osu", "subnormal")
-    ops = {k: _ops(c, inputs.make(k, N, 0)) for k in kinds}
+    ops = {k: dict(zip(("encode", "decode", "decode_accumulate"), kernels(c, inputs.make(k, N, 0)))) for k in kinds}
     best = {(k, op): float("inf") for k in kinds for op in ops["normal"]}
     for _ in range(ROUNDS):  # interleaved, so a busy moment slows every kind alike
         for k in kinds:

@@ -15,7 +15,7 @@ import sys
 from mpi4py import MPI
 
 from . import plan
-from .options import COLLECTIVE_PEERS, PT2PT_PEERS, add_common, add_data, codec_list
+from .options import COLLECTIVE_PEERS, PT2PT_PEERS, add_common, add_data, add_dtype, codec_list
 
 
 class _Parser(argparse.ArgumentParser):
@@ -37,6 +37,7 @@ def parser():
         s.add_argument("--link-gbit", type=float, default=None, metavar="GBIT",
                        help="the link's rate per rank, for the Bound column (default: what bench/netem set up; "
                             "none on other links)")
+        add_dtype(s, "; MPI has no 16-bit float reductions, so --compare mpi times allgather only for them")
     s = sub.add_parser("pt2pt", help="compressed send/recv latency and bandwidth, ranks 0 and 1 (under mpiexec)")
     add_common(s, PT2PT_PEERS)
     g = sub.add_parser("plot", help="latency and speed-up plots from --json results (matplotlib)")
@@ -58,6 +59,7 @@ def parser():
     c.add_argument("--threads", type=int, default=1, metavar="T",
                    help="threads per codec call (config.codec_threads; default 1: one core)")
     add_data(c)
+    add_dtype(c)
     c.add_argument("--json", metavar="PATH", help="also write the records as JSON")
     return p
 

@@ -8,12 +8,12 @@ Two lower bounds per call, and the larger is the bound (perfect overlap of the t
 - codec: this rank's codec work at the speeds measured here at the start of the run (one
   core, the SIMD target in use; as `mpicomp-bench codecs`).
 
-Per rank, for p ranks, n float32 elements of input, wire bytes w(k) of k elements:
+Per rank, for p ranks, n elements of input, wire bytes w(k) of k elements:
 allreduce (reduce-scatter, then allgather): sends 2 (p-1)/p w(n); encodes n (its p-1 parts,
 then its reduced part), decode-accumulates (p-1)/p n, decodes n. reduce_scatter: sends
 (p-1)/p w(n); encodes and decode-accumulates (p-1)/p n. allgather (n per rank): sends
-(p-1) w(n); encodes n, decodes p n. MPI's own collectives (and codec none) move 4 bytes an
-element and do no codec work. "%Bound" is bound / measured: 100% runs at the bound.
+(p-1) w(n); encodes n, decodes p n. MPI's own collectives (and codec none) move the input's
+bytes and do no codec work. "%Bound" is bound / measured: 100% runs at the bound.
 """
 import os
 import re
@@ -48,19 +48,20 @@ class Link:
 
 
 class Speeds:
-    """Encode, decode and decode-accumulate seconds per float32 element, per codec, measured
-    on a sample of the run's data (as `mpicomp-bench codecs` measures them)."""
+    """Encode, decode and decode-accumulate seconds per element, per codec, measured on a
+    sample of the run's data (as `mpicomp-bench codecs` measures them; x: a numpy array of
+    the data's bytes, of dtype ``dtype``: bfloat16's are seen as float16 by numpy)."""
 
-    def __init__(self, codecs, x):
+    def __init__(self, codecs, x, dtype="float32"):
         n = min(_SAMPLE, x.size) or 1
-        sample = np.resize(x, n).astype(np.float32)
-        self.per_element = {c.spec: [t / n for t in seconds(c, sample, 3)] for c in codecs if c.id}  # none: no work
+        sample = np.resize(x, n)
+        self.per_element = {c.spec: [t / n for t in seconds(c, sample, 3, dtype)] for c in codecs if c.id}  # none: no work
 
 
-def bound_us(op, spec, n, p, ratio, speeds, link):
+def bound_us(op, spec, n, p, ratio, speeds, link, itemsize=4):
     """(link us or None, codec us) of one call: op's name, codec spec ("none" for MPI's own),
-    n input elements per rank, p ranks, the codec's ratio on this data."""
-    wire = 4 * n / ratio
+    n input elements per rank of itemsize bytes, p ranks, the codec's ratio on this data."""
+    wire = itemsize * n / ratio
     sends = {"allreduce": 2 * (p - 1) / p * wire, "reduce_scatter": (p - 1) / p * wire,
              "allgather": (p - 1) * wire}[op]
     link_us = None

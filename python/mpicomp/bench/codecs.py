@@ -1,16 +1,14 @@
 """Codec throughput on one core (or --threads T sharing each call, config.codec_threads):
 encode, decode and decode-accumulate GB/s per codec and SIMD target, beside memcpy measured in
-the same run on one thread (GB/s count float32 input bytes, so a codec "at memcpy speed" takes
-as long as copying its input once)."""
+the same run on one thread (GB/s count input bytes, float32 unless --dtype says otherwise, so a
+codec "at memcpy speed" takes as long as copying its input once)."""
 import time
 
 import numpy as np
 
 from .. import _core, available_codecs, codec as get_codec, config
+from ..codecs import DTYPE_IDS
 from . import inputs, report
-
-
-F32 = _core.DTYPES["float32"][0]
 
 
 def _best(fn, repeats):
@@ -23,19 +21,28 @@ def _best(fn, repeats):
     return best
 
 
-def seconds(c, x, repeats):
-    """(encode, decode, decode-accumulate) seconds of codec c on float32 array x, best of
-    repeats, on this thread's SIMD target."""
-    n = x.size
-    buf, y, acc = np.empty(c.encoded_bytes(n), np.uint8), np.empty_like(x), np.zeros_like(x)
-    return (_best(lambda: _core.encode(c.id, c.block, F32, x.ctypes.data, n, 0, buf.ctypes.data), repeats),
-            _best(lambda: _core.decode(c.id, c.block, F32, buf.ctypes.data, n, 1.0, y.ctypes.data), repeats),
-            _best(lambda: _core.decode_accumulate(c.id, c.block, F32, buf.ctypes.data, n, acc.ctypes.data), repeats))
+def kernels(c, x, dtype=None):
+    """Codec c's encode, decode and decode-accumulate of numpy array x, as calls of no
+    arguments on buffers made once (x holds dtype's bytes, default x's own dtype; the
+    accumulator is float32)."""
+    dtype = dtype or x.dtype.name
+    n, t = x.size, DTYPE_IDS[dtype]
+    buf, y, acc = np.empty(c.encoded_bytes(n, dtype), np.uint8), np.empty_like(x), np.zeros(n, np.float32)
+    _core.encode(c.id, c.block, t, x.ctypes.data, n, 0, buf.ctypes.data)
+    return (lambda: _core.encode(c.id, c.block, t, x.ctypes.data, n, 0, buf.ctypes.data),
+            lambda: _core.decode(c.id, c.block, t, buf.ctypes.data, n, 1.0, y.ctypes.data),
+            lambda: _core.decode_accumulate(c.id, c.block, t, buf.ctypes.data, n, acc.ctypes.data))
+
+
+def seconds(c, x, repeats, dtype=None):
+    """(encode, decode, decode-accumulate) seconds of codec c on numpy array x (holding
+    dtype's bytes), best of repeats, on this thread's SIMD target."""
+    return tuple(_best(fn, repeats) for fn in kernels(c, x, dtype))
 
 
 def run(args):
-    n = args.elements
-    x = inputs.make(args.data, n, 0)
+    n, dtype = args.elements, args.dtype
+    x = inputs.typed(inputs.make(args.data, n, 0), dtype)[1]  # the data's bytes (bfloat16's seen as float16)
     y = np.empty_like(x)
     specs = args.codecs or [get_codec(s) for s in available_codecs() if s != "none"]
     specs = [c for c in specs if c.wire]  # powersgd is an allreduce, not a wire format
@@ -44,8 +51,8 @@ def run(args):
     if args.threads < 1:
         raise SystemExit(f"mpicomp-bench codecs: --threads must be at least 1, got {args.threads}")
     where = "one core" if args.threads == 1 else f"{args.threads} threads per call"
-    print(f"# mpicomp-bench codecs: {n} float32 elements ({x.nbytes >> 20} MiB), {where}, best of {args.repeats}")
-    print("# GB/s of float32 input; xMemcpy = codec GB/s / memcpy GB/s (same run)")
+    print(f"# mpicomp-bench codecs: {n} {dtype} elements ({x.nbytes >> 20} MiB), {where}, best of {args.repeats}")
+    print(f"# GB/s of {dtype} input; xMemcpy = codec GB/s / memcpy GB/s (same run)")
     t = report.Table([("Target", 10, "s"), ("Codec", 14, "s"), ("Encode", 9, ".2f"), ("Decode", 9, ".2f"),
                       ("DecodeAcc", 11, ".2f"), ("Memcpy", 9, ".2f"), ("xEnc", 7, ".2f"), ("xDec", 7, ".2f"),
                       ("xAcc", 7, ".2f"), ("Ratio", 7, ".2f")])
@@ -56,11 +63,12 @@ def run(args):
             _core.set_cpu_target(target)
             memcpy = x.nbytes / _best(lambda: np.copyto(y, x), args.repeats) / 1e9
             for c in specs:
-                g = [x.nbytes / s / 1e9 for s in seconds(c, x, args.repeats)]
-                t.row(target, c.spec, *g, memcpy, *(v / memcpy for v in g), inputs.ratio(c, x))
-                records.append(dict(op="codec", target=target, codec=c.spec, elements=n, device="cpu", threads=args.threads,
-                                    encode_gbps=g[0], decode_gbps=g[1], decode_accumulate_gbps=g[2],
-                                    memcpy_gbps=memcpy, ratio=inputs.ratio(c, x)))
+                g = [x.nbytes / s / 1e9 for s in seconds(c, x, args.repeats, dtype)]
+                ratio = inputs.ratio(c, x, dtype)
+                t.row(target, c.spec, *g, memcpy, *(v / memcpy for v in g), ratio)
+                records.append(dict(op="codec", target=target, codec=c.spec, elements=n, dtype=dtype, device="cpu",
+                                    threads=args.threads, encode_gbps=g[0], decode_gbps=g[1],
+                                    decode_accumulate_gbps=g[2], memcpy_gbps=memcpy, ratio=ratio))
     finally:
         _core.set_cpu_target(start)
         config.codec_threads = threads

@@ -3,7 +3,7 @@
 
 Latency is measured as the OSU micro-benchmarks do: a barrier, ITER back-to-back calls, the
 time per call on each rank, then its average, minimum and maximum over ranks. Sizes are bytes
-of float32 input per rank (for reduce_scatter: the whole input; for allgather: each rank's
+of input per rank (float32 unless --dtype says otherwise) (for reduce_scatter: the whole input; for allgather: each rank's
 part). Speed-ups are the MPI library's latency divided by mpicomp's, measured in the same run.
 
 With -c, every mpicomp result is checked against a float64 reduction of all ranks' inputs and
@@ -59,15 +59,19 @@ def _time(fn, iters, warmup, comm):
     return comm.allreduce(t, MPI.SUM) / comm.size, comm.allreduce(t, MPI.MIN), comm.allreduce(t, MPI.MAX)
 
 
-def _bound(op, xs, exact, c, comm):
+# Relative rounding of a float32 sum stored in the result's dtype (a few roundings' worth).
+_ROUNDING = {"float32": 1e-5, "float16": 2.0**-10, "bfloat16": 2.0**-7}
+
+
+def _bound(op, xs, exact, c, comm, dtype):
     """Per-element error bound of the result: each compression stage's bound, summed."""
     if op.name == "allgather":
-        return np.concatenate([c.tolerance(x) for x in xs])
-    parts = xs if op.name == "allreduce" else _parts(xs, comm.rank, comm.size)
-    bound = sum(c.tolerance(x) for x in parts)
+        bound = np.concatenate([c.tolerance(x) for x in xs])
+    else:
+        bound = sum(c.tolerance(x) for x in (xs if op.name == "allreduce" else _parts(xs, comm.rank, comm.size)))
     if op.stages == 2:
         bound = bound + c.tolerance(exact)
-    return bound + 1e-5 * np.abs(exact) + 1e-6  # float32 accumulation
+    return bound + _ROUNDING[dtype] * np.abs(exact) + 1e-6
 
 
 def _gloo(comm):
@@ -81,13 +85,14 @@ def _gloo(comm):
 
 
 def _peer(name, op, x, y, comm, cache):
-    """The call of a peer implementation."""
+    """The call of a peer implementation: x and y are numpy arrays of the data's bytes, for
+    MPI; x as mpicomp gets it (a torch tensor for bfloat16) for gloo."""
     if name == "mpi":
-        return lambda: op.run_mpi(x, y, comm)
+        return lambda: op.run_mpi(x[1], y, comm)
     import torch
 
     dist = cache.get("gloo") or cache.setdefault("gloo", _gloo(comm))
-    tx = torch.from_numpy(x.copy())
+    tx = x[0].clone() if isinstance(x[0], torch.Tensor) else torch.from_numpy(x[0].copy())
     if op.gloo == "all_reduce":
         return lambda: dist.all_reduce(tx)
     outs = [torch.empty_like(tx) for _ in range(comm.size)]
@@ -102,20 +107,24 @@ def run(args, comm=MPI.COMM_WORLD):
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
     skip_local = config.skip_local and node.Get_size() == p
     node.Free()
-    notes = [f"sizes: bytes of float32 input per rank; {iterations_note(args)}, best of "
+    notes = [f"sizes: bytes of {args.dtype} input per rank; {iterations_note(args)}, best of "
              f"{args.rounds} rounds; compression below {config.min_bytes} bytes: off (mpicomp.config.min_bytes)"
              + ("; ranks of one node: uncompressed (config.skip_local, MPICOMP_SKIP_LOCAL=1)" if skip_local else "")]
     compare = list(args.compare)
     if "gloo" in compare and not op.gloo:
         compare.remove("gloo")
         notes.append(f"--compare gloo: left out, torch's gloo has no {op.name} on CPU")
+    if "mpi" in compare and args.dtype != "float32" and op.name != "allgather":
+        compare.remove("mpi")
+        notes.append(f"--compare mpi: left out, MPI has no {args.dtype} reduction")
     # gloo runs in a pass of its own, after the others: its threads keep cores busy for a
     # while after each call, which would slow whatever is timed next.
     passes = [[("peer", c) for c in compare if c != "gloo"] + [("mpicomp", c) for c in args.codecs]]
     if "gloo" in compare:
         passes.append([("peer", "gloo")])
     link = bound.Link(args.link_gbit)
-    speeds = bound.Speeds(args.codecs, inputs.make(args.data, 1 << 22, 1234 + rank))
+    speeds = bound.Speeds(args.codecs, inputs.typed(inputs.make(args.data, 1 << 22, 1234 + rank), args.dtype)[1],
+                          args.dtype)
     notes.append(f"Bound(us): max(link time, codec time) of one call ({link.describe()}; codec speeds measured "
                  f"here, one core); %Bound = bound / measured (mpicomp.bench.bound)")
     out = report.Report(args, comm, op.name, notes, {c: COLLECTIVE_PEERS[c] for c in compare},
@@ -124,13 +133,14 @@ def run(args, comm=MPI.COMM_WORLD):
     for impls in passes:
         names = ", ".join(what if kind == "peer" else what.spec for kind, what in impls)
         for index, nbytes in enumerate(args.sizes):
-            n = max(p, nbytes // 4 // p * p) if op.name == "reduce_scatter" else max(1, nbytes // 4)
-            x = inputs.make(args.data, n, 1234 + rank)
-            y = np.empty(op.out_len(n, p), np.float32)
+            size = 4 if args.dtype == "float32" else 2
+            n = max(p, nbytes // size // p * p) if op.name == "reduce_scatter" else max(1, nbytes // size)
+            x = inputs.typed(inputs.make(args.data, n, 1234 + rank), args.dtype)
+            y, y_bytes = inputs.typed(np.zeros(op.out_len(n, p), np.float32), args.dtype)
             iters, warmup = iterations(args, nbytes)
             out.measuring(nbytes, index, f"{names}; rounds: {args.rounds}, iterations: {iters}")
-            calls = {(kind, what): _peer(what, op, x, y, comm, cache) if kind == "peer"
-                     else (lambda c=what: op.run(x, y, c, comm)) for kind, what in impls}
+            calls = {(kind, what): _peer(what, op, x, y_bytes, comm, cache) if kind == "peer"
+                     else (lambda c=what: op.run(x[0], y, c, comm)) for kind, what in impls}
             # Side by side: every implementation once per round, the best round kept.
             best = {}
             for _ in range(args.rounds):
@@ -140,28 +150,30 @@ def run(args, comm=MPI.COMM_WORLD):
                         best[key] = t
             xs = exact = None
             if args.validation and any(k == "mpicomp" for k, _ in calls):
-                xs = [a.astype(np.float64) for a in comm.allgather(x)]
+                xs = comm.allgather(inputs.as_float64(x[0]))
                 exact = op.exact(xs, rank, p)
             records = []
             for (kind, what), (avg, lo, hi) in best.items():
                 rec = dict(op=op.name, impl=what if kind == "peer" else "mpicomp",
-                           codec="none" if kind == "peer" else what.spec, size=nbytes, np=p, device=args.device, link=report.link(),
+                           codec="none" if kind == "peer" else what.spec, size=nbytes, np=p, device=args.device,
+                           dtype=args.dtype, link=report.link(),
                            avg_latency_us=avg, min_latency_us=lo, max_latency_us=hi, iterations=iters, ratio=1.0,
                            max_rel_error=None)
                 if kind == "mpicomp":
                     c = what
                     compressed = c.id != 0 and nbytes >= config.min_bytes and p > 1 and not skip_local
-                    rec["ratio"] = inputs.ratio(c, x) if compressed else 1.0
+                    rec["ratio"] = inputs.ratio(c, x[1], args.dtype) if compressed else 1.0
                     if args.validation:
-                        op.run(x, y, c, comm)
+                        op.run(x[0], y, c, comm)
                         if os.environ.get("MPICOMP_BENCH_CORRUPT") == "1":
-                            y.flat[0] += 1.0
-                        diff = np.abs(y.astype(np.float64) - exact)
+                            y.reshape(-1)[0] += 1.0
+                        diff = np.abs(inputs.as_float64(y) - exact)
                         rec["max_rel_error"] = float(diff.max() / max(np.abs(exact).max(), 1e-30))
-                        allowed = _bound(op, xs, exact, c, comm) if compressed else 1e-5 * np.abs(exact) + 1e-6
+                        allowed = (_bound(op, xs, exact, c, comm, args.dtype) if compressed
+                                   else _ROUNDING[args.dtype] * np.abs(exact) + 1e-6)
                         failures += comm.allreduce(int(np.count_nonzero(~(diff <= allowed))))
-                link_us, codec_us = bound.bound_us(op.name, rec["codec"] if rec["ratio"] != 1.0 else "none", x.size,
-                                                   p, rec["ratio"], speeds, link)
+                link_us, codec_us = bound.bound_us(op.name, rec["codec"] if rec["ratio"] != 1.0 else "none", n,
+                                                   p, rec["ratio"], speeds, link, size)
                 rec.update(link_bound_us=link_us, codec_bound_us=codec_us,
                            bound_us=max(link_us or 0.0, codec_us) or None)
                 rec["pct_of_bound"] = 100 * rec["bound_us"] / avg if rec["bound_us"] else None

@@ -1,7 +1,8 @@
 """What the benchmarks send: float32 data of a chosen kind, and the ratio a codec achieves on it."""
 import numpy as np
 
-KINDS = ("normal", "sparse", "relu", "osu", "subnormal")
+KINDS = ("normal", "sparse", "relu", "random", "osu", "subnormal")
+DTYPES = ("float32", "float16", "bfloat16")
 
 
 def make(kind, n, seed):
@@ -9,13 +10,19 @@ def make(kind, n, seed):
     nothing on it, Blosc2's shuffle about 1.17x from the exponents). sparse: rows of 256 that
     are zero with probability 0.8, else normal, as the gradient of a token embedding is (rows
     of tokens not in the batch are zero). relu: normal noise through a ReLU, as activations
-    are (half of them zero, the rest dense). osu:
+    are (half of them zero, the rest dense). random: random bytes, which nothing compresses
+    (the 1/256 of them that would be Inf or NaN get a finite exponent, so that sums stay
+    finite). osu:
     what the OSU micro-benchmarks send (memset(buf, 1, size): every float 2.37e-38).
     subnormal: normal noise times 1e-42. The last two show that a codec's speed does not
     depend on the values (subnormal arithmetic is tens of times slower on some CPUs)."""
     if kind == "osu":
         return np.frombuffer(b"\x01" * (4 * n), np.float32).copy()
     rng = np.random.default_rng(seed)
+    if kind == "random":
+        bits = rng.integers(0, 2**32, n, dtype=np.uint32)
+        bits[(bits & 0x7F800000) == 0x7F800000] ^= 0x40000000
+        return bits.view(np.float32)
     x = rng.standard_normal(n).astype(np.float32)
     if kind == "sparse":
         x[np.repeat(rng.random(n // 256 + 1) < 0.8, 256)[:n]] = 0
@@ -26,6 +33,26 @@ def make(kind, n, seed):
     return x
 
 
-def ratio(c, x):
-    """Input bytes / bytes one encoding of x puts on the wire (measured for lossless codecs)."""
-    return x.nbytes / (c.encode(x).size if c.exact and c.id else c.encoded_bytes(x.size))
+def typed(x, dtype):
+    """(the array mpicomp is given, a numpy array of its bytes) for float32 data x as dtype:
+    bfloat16 is a torch tensor (numpy has no bfloat16), its bytes seen as float16."""
+    if dtype == "float32":
+        return x, x
+    if dtype == "float16":
+        x = x.astype(np.float16)
+        return x, x
+    import torch
+
+    t = torch.from_numpy(x).to(torch.bfloat16)
+    return t, t.view(torch.int16).numpy().view(np.float16)
+
+
+def as_float64(x):
+    """x (numpy array or torch tensor) as a float64 numpy array."""
+    return x.double().numpy() if hasattr(x, "double") else x.astype(np.float64)
+
+
+def ratio(c, x, dtype="float32"):
+    """Input bytes / bytes one encoding of x puts on the wire (measured for lossless codecs,
+    which see bytes only: x is the numpy array of the data's bytes)."""
+    return x.nbytes / (c.encode(x).size if c.exact and c.id else c.encoded_bytes(x.size, dtype))

@@ -117,8 +117,13 @@ def iterations_note(args):
 def add_data(p):
     p.add_argument("--data", choices=inputs.KINDS, default="normal",
                    help="normal noise, sparse (80%% zero rows of 256, as an embedding's gradient), relu "
-                        "(noise through a ReLU, as activations), osu "
+                        "(noise through a ReLU, as activations), random (random bytes: incompressible), osu "
                         "(OSU's memset(buf, 1): every float 2.37e-38) or subnormal (noise * 1e-42)")
+
+
+def add_dtype(p, more=""):
+    p.add_argument("--dtype", choices=inputs.DTYPES, default="float32",
+                   help=f"element type of the data (float16 as numpy arrays, bfloat16 as torch tensors){more}")
 
 
 def iterations(args, nbytes):
