@@ -146,3 +146,45 @@ def test_nvcomp_names_only_where_nvcomp_is():
         assert not any(n.startswith("nvcomp-") for n in names)
         with pytest.raises(mpicomp.CodecError, match="nvCOMP"):
             mpicomp.codec("nvcomp-ans")
+
+
+@pytest.fixture
+def threads():
+    before = mpicomp.config.codec_threads
+    yield lambda n: setattr(mpicomp.config, "codec_threads", n)
+    mpicomp.config.codec_threads = before
+
+
+@pytest.mark.parametrize("name", ["lz4", "lossless", "blosc:cname=lz4,filter=bitshuffle"])
+def test_chunks_on_threads_give_the_frame_of_one_thread(threads, name):
+    """A frame's chunks are compressed and decoded side by side (config.codec_threads): the
+    same bytes as on one thread, compressed and as-is chunks mixed, a short last chunk."""
+    c = mpicomp.codec(name)
+    rng = np.random.default_rng(8)
+    x = np.concatenate([gradient_like(9 * CHUNK // 4), rng.integers(0, 2**32, 5 * CHUNK // 4, np.uint32).view(np.float32),
+                        gradient_like(3 * CHUNK // 4 + 123, seed=1)])
+    frames = []
+    for t in (1, 2, 3):
+        threads(t)
+        frames.append(c.encode(x))
+        np.testing.assert_array_equal(c.decode(frames[-1], x.size).view(np.uint32), x.view(np.uint32))
+    assert frames[0].tobytes() == frames[1].tobytes() == frames[2].tobytes()
+    stored = [as_is for _, as_is, _ in chunks(frames[0], x.nbytes)]
+    assert any(stored) and not all(stored)
+
+
+def test_threads_report_the_first_corrupt_chunk(threads):
+    c = mpicomp.codec("lossless")
+    x = gradient_like(12 * CHUNK // 4)
+    frame = c.encode(x)
+    words, pos = frame_words(frame, x.nbytes)
+    starts = []
+    for w in words:
+        starts.append(pos)
+        pos += -(-int(w & 0x7FFFFFFF) // 16) * 16
+    for k in (9, 4):  # corrupt two chunks' payloads: the error names the first
+        frame[starts[k] + 20: starts[k] + 40] ^= 0x5A
+    for t in (1, 3):
+        threads(t)
+        with pytest.raises(mpicomp.CodecError, match="chunk 4 of 12"):
+            c.decode(frame, x.size)

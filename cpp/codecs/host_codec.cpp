@@ -14,8 +14,8 @@ namespace {
 
 // Lossy codecs' work over codec_threads() threads: elements cut into ranges on block
 // boundaries (records are whole, in place: the bytes of one range start at the encoded size
-// of the elements before it), at least kMinElems each. Lossless frames, whose chunks land
-// where the ones before them ended, run on one thread.
+// of the elements before it), at least kMinElems each. Lossless frames share their chunks
+// out themselves (lossless.cpp).
 constexpr size_t kMinElems = size_t(1) << 16;
 
 template <class F>
@@ -68,7 +68,11 @@ void host_decode_accumulate(Spec s, DType t, const uint8_t* in, size_t n, float*
   thread_local std::vector<uint8_t> raw;
   raw.resize(n * dtype_size(t));
   host_frame_decode(s, in, raw.size(), raw.data());
-  cpu_kernels().decode_accumulate(Spec{}, t, raw.data(), n, acc);
+  const CpuKernels& k = cpu_kernels();
+  const uint8_t* bytes = raw.data();  // not `raw` in the lambda: that names each worker's own
+  in_ranges(Spec{}, n, [&](size_t first, size_t len) {
+    k.decode_accumulate(Spec{}, t, bytes + first * dtype_size(t), len, acc + first);
+  });
 }
 
 }  // namespace mpicomp

@@ -44,8 +44,8 @@ attribute          environment variable        meaning
                                                beyond it, buffers are freed after each
                                                call, largest first. Default 128 MiB.
 ``codec_threads``  ``MPICOMP_CODEC_THREADS``   threads that share one call's encoding and
-                                               decoding (lossy codecs; results identical
-                                               whatever the count). Set 0 for the default:
+                                               decoding (every host codec; results
+                                               identical whatever the count). Set 0 for the default:
                                                the cores this process may run on divided
                                                by the ranks the launcher started on this
                                                node (MPI_LOCALNRANKS, Open MPI's

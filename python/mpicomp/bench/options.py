@@ -67,10 +67,17 @@ def peer_list(allowed):
 
 
 def codec_list(text):
+    """Codecs from "SPEC,SPEC,...": a piece that is key=value only ("int8:block=64,lz4" or
+    "blosc:cname=lz4,filter=none") belongs to the spec before it."""
     from ..codecs import codec
     from ..errors import CodecError
 
-    specs = [s for s in text.split(",") if s]
+    specs = []
+    for piece in (s for s in text.split(",") if s):
+        if specs and "=" in piece and ":" not in piece:  # another option of the spec before
+            specs[-1] += "," + piece
+        else:
+            specs.append(piece)
     try:
         return [codec(s) for s in specs]
     except CodecError as e:
