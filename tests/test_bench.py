@@ -79,6 +79,40 @@ def test_end_to_end_osu_table_and_json_schema(tmp_path, op):
     assert big[0]["ratio"] > 7 and 0 < big[0]["max_rel_error"] < 0.2
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("op", ["allreduce", "allgather"])
+def test_16_bit_data_checked_against_float64(tmp_path, dtype, op):
+    out = tmp_path / "r.json"
+    r = bench(op, "-m", "256K:256K", "-i", "2", "--rounds", "1", "-c", "--dtype", dtype, "--data", "relu",
+              "--codec", "none,int8,blosc:cname=lz4,filter=none,lossless", "--compare", "mpi", "--json", str(out), n=2)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert f"bytes of {dtype} input" in r.stdout
+    recs = json.loads(out.read_text())
+    assert {x["dtype"] for x in recs} == {dtype}
+    assert {x["impl"] for x in recs} == ({"mpi", "mpicomp"} if op == "allgather" else {"mpicomp"})
+    by = {x["codec"]: x for x in recs if x["impl"] == "mpicomp"}
+    assert set(by) == {"none", "int8", "blosc:cname=lz4,filter=none", "lossless"}
+    assert by["lossless"]["ratio"] > 1.3 and by["int8"]["ratio"] > 1.9  # 2-byte input: int8 halves it
+    if op == "allgather":  # exact codecs move the bytes as they are
+        assert by["lossless"]["max_rel_error"] == 0 and by["none"]["max_rel_error"] == 0
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_validation_catches_a_wrong_16_bit_result(dtype):
+    r = bench("allreduce", "-m", "128K:128K", "-i", "2", "--rounds", "1", "-c", "--codec", "int8", "--dtype", dtype,
+              n=2, env={"MPICOMP_BENCH_CORRUPT": "1"})
+    assert r.returncode == 1 and "VALIDATION FAILED" in r.stdout
+
+
+def test_codecs_on_16_bit_data(tmp_path):
+    out = tmp_path / "c.json"
+    r = bench("codecs", "-n", "100000", "-r", "1", "--codec", "int8,lossless", "--dtype", "bfloat16", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "bfloat16 elements" in r.stdout
+    recs = json.loads(out.read_text())
+    assert {x["dtype"] for x in recs} == {"bfloat16"} and all(x["decode_gbps"] > 0 for x in recs)
+
+
 def test_validation_catches_a_wrong_result():
     r = bench("allreduce", "-m", "128K:128K", "-i", "2", "--rounds", "1", "-c", "--codec", "int8", n=2,
               env={"MPICOMP_BENCH_CORRUPT": "1"})
