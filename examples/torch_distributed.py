@@ -13,6 +13,7 @@ prints the loss every --log steps, and with --json writes the losses, each step'
 and the bytes mpicomp sent (mpicomp.stats()).
 """
 import argparse
+import gc
 import json
 import time
 
@@ -102,6 +103,11 @@ def main():
             with open(args.json, "w") as f:
                 json.dump({"args": vars(args), "world_size": world, "losses": losses, "seconds": seconds,
                            "step_seconds": step_seconds, "bytes_wire": sent, "bytes_plain": plain}, f)
+    # The model and optimizer go before the groups: with them alive, gloo's FSDP2 runs at 4
+    # ranks aborted at exit about 1 time in 5 ("terminate called without an active
+    # exception", after destroy_process_group had returned); 0 in 40 this way.
+    del model, opt
+    gc.collect()
     dist.destroy_process_group()
 
 
