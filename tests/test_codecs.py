@@ -157,25 +157,36 @@ def test_non_finite_poisons_its_block_only(target, name, bad):
         assert np.isfinite(np.delete(y, 300)).all()
 
 
-@pytest.mark.parametrize("name", CODECS)
-def test_all_targets_encode_identical_bytes(name):
-    c = mpicomp.codec(name, **({"block": 128} if name in ("int8", "int4", "sign") else {}))
-    x = data(100_003)
-    x[17] = np.nan
+def same_on_every_target(run):
+    """run() (a tuple of arrays) on every SIMD target of this CPU; asserts that every target
+    gives the first one's bytes, and returns those."""
     before = _core.cpu_target()
     outs = []
     try:
         for t in TARGETS:
             _core.set_cpu_target(t)
-            enc = c.encode(x)
-            res = np.full(x.size, 0.25, np.float32)
-            enc_ef = c.encode(x, residual=res)
-            outs.append((enc, c.decode(enc, x.size), enc_ef, res))
+            outs.append(run())
     finally:
         _core.set_cpu_target(before)
     for o in outs[1:]:
         for a, b in zip(outs[0], o):
             np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))
+    return outs[0]
+
+
+@pytest.mark.parametrize("name", CODECS)
+def test_all_targets_encode_identical_bytes(name):
+    c = mpicomp.codec(name, **({"block": 128} if name in ("int8", "int4", "sign") else {}))
+    x = data(100_003)
+    x[17] = np.nan
+
+    def run():
+        enc = c.encode(x)
+        res = np.full(x.size, 0.25, np.float32)
+        enc_ef = c.encode(x, residual=res)
+        return enc, c.decode(enc, x.size), enc_ef, res
+
+    same_on_every_target(run)
 
 
 @pytest.mark.parametrize("name", CODECS)
@@ -185,19 +196,12 @@ def test_all_targets_agree_on_float16_data(name):
     # the float32 one rounded (numpy), every NaN as the one pattern 0x7e00.
     c = mpicomp.codec(name)
     x = np.concatenate([_all_f16_bits().view(np.float16), data(100_003).astype(np.float16)])
-    before = _core.cpu_target()
-    outs = []
-    try:
-        for t in TARGETS:
-            _core.set_cpu_target(t)
-            enc = c.encode(x)
-            outs.append((enc, c.decode(enc, x.size, "float16")))
-    finally:
-        _core.set_cpu_target(before)
-    for o in outs[1:]:
-        for a, b in zip(outs[0], o):
-            np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))
-    enc, half = outs[0]
+
+    def run():
+        enc = c.encode(x)
+        return enc, c.decode(enc, x.size, "float16")
+
+    enc, half = same_on_every_target(run)
     if name == "none":  # exact: every pattern, NaN payloads included
         np.testing.assert_array_equal(half.view(np.uint16), x.view(np.uint16))
         return
