@@ -189,6 +189,31 @@ def test_all_targets_encode_identical_bytes(name):
     same_on_every_target(run)
 
 
+@pytest.mark.parametrize("name", CODECS + ["lz4"])
+def test_decode_onto_a_base_is_copy_then_accumulate(name):
+    """acc = base + decoded (how an allreduce adds the first peer's part onto its own float32
+    input, issue 20): on every SIMD target the bits of copying base into acc and accumulating,
+    numpy's float32 sum, and base left as it was."""
+    c = mpicomp.codec(name)
+    n = 100_003
+    base = data(n, seed=1)
+    base[:4] = [-0.0, 1e-40, -3e38, np.inf]
+    enc = c.encode(data(n, seed=2))
+    ids = _core.DTYPES["float32"][0]
+
+    def run():
+        acc, b, ref = np.full(n, np.nan, np.float32), base.copy(), base.copy()
+        _core.decode_accumulate(c.id, c.block, ids, enc.ctypes.data, n, acc.ctypes.data, b.ctypes.data)
+        _core.decode_accumulate(c.id, c.block, ids, enc.ctypes.data, n, ref.ctypes.data)
+        assert b.tobytes() == base.tobytes()
+        return acc, ref
+
+    acc, ref = same_on_every_target(run)
+    np.testing.assert_array_equal(acc.view(np.uint32), ref.view(np.uint32))
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(acc, base + c.decode(enc, n))
+
+
 @pytest.mark.parametrize("name", CODECS)
 def test_all_targets_agree_on_float16_data(name):
     # float16 in (every bit pattern, then noise) and float16 out take F16C's bulk conversions

@@ -244,10 +244,13 @@ PYBIND11_MODULE(_core, m) {
     py::gil_scoped_release nogil;
     host_decode(Spec{CodecId(codec), block}, DType(dtype), ptr<uint8_t>(in), n, scale, ptr<void>(y));
   });
-  m.def("decode_accumulate", [](int codec, uint32_t block, int dtype, uintptr_t in, size_t n, uintptr_t acc) {
+  m.def("decode_accumulate", [](int codec, uint32_t block, int dtype, uintptr_t in, size_t n, uintptr_t acc,
+                                 uintptr_t base) {
     py::gil_scoped_release nogil;
-    host_decode_accumulate(Spec{CodecId(codec), block}, DType(dtype), ptr<uint8_t>(in), n, ptr<float>(acc));
-  });
+    host_decode_accumulate(Spec{CodecId(codec), block}, DType(dtype), ptr<uint8_t>(in), n, ptr<float>(acc),
+                           ptr<float>(base));
+  }, py::arg("codec"), py::arg("block"), py::arg("dtype"), py::arg("in"), py::arg("n"), py::arg("acc"),
+     py::arg("base") = 0, "acc = base + decoded (base 0: acc += decoded)");
   m.def("cpu_targets", &cpu_targets, "SIMD targets this CPU supports, best first");
   m.def("cpu_target", [] { return std::string(cpu_kernels().target); });
   m.def("set_cpu_target", &set_cpu_target);

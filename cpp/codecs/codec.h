@@ -18,8 +18,9 @@ struct CpuKernels {
   void (*encode)(Spec s, DType t, const void* x, size_t n, float* residual, uint8_t* out);
   // Decodes into y (dtype t), multiplying by `scale` (1 or 1/size for an average).
   void (*decode)(Spec s, DType t, const uint8_t* in, size_t n, float scale, void* y);
-  // acc[i] += decoded element i. `t` is the dtype the sender encoded from (codec none only).
-  void (*decode_accumulate)(Spec s, DType t, const uint8_t* in, size_t n, float* acc);
+  // acc[i] = base[i] + decoded element i (base == acc: acc[i] += it). `t` is the dtype the
+  // sender encoded from (codec none only).
+  void (*decode_accumulate)(Spec s, DType t, const uint8_t* in, size_t n, const float* base, float* acc);
   // y[i] = acc[i] * scale, stored as dtype t (a float dtype).
   void (*store)(const float* acc, size_t n, float scale, DType t, void* y);
 };

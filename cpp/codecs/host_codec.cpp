@@ -58,11 +58,12 @@ void host_decode(Spec s, DType t, const uint8_t* in, size_t n, float scale, void
   host_frame_decode(s, in, n * dtype_size(t), static_cast<uint8_t*>(y));
 }
 
-void host_decode_accumulate(Spec s, DType t, const uint8_t* in, size_t n, float* acc) {
+void host_decode_accumulate(Spec s, DType t, const uint8_t* in, size_t n, float* acc, const float* base) {
+  if (!base) base = acc;
   if (!is_lossless(s.id)) {
     const CpuKernels& k = cpu_kernels();
     return in_ranges(s, n, [&](size_t first, size_t len) {
-      k.decode_accumulate(s, t, in + encoded_bytes(s, t, first), len, acc + first);
+      k.decode_accumulate(s, t, in + encoded_bytes(s, t, first), len, base + first, acc + first);
     });
   }
   thread_local std::vector<uint8_t> raw;
@@ -71,7 +72,7 @@ void host_decode_accumulate(Spec s, DType t, const uint8_t* in, size_t n, float*
   const CpuKernels& k = cpu_kernels();
   const uint8_t* bytes = raw.data();  // not `raw` in the lambda: that names each worker's own
   in_ranges(Spec{}, n, [&](size_t first, size_t len) {
-    k.decode_accumulate(Spec{}, t, bytes + first * dtype_size(t), len, acc + first);
+    k.decode_accumulate(Spec{}, t, bytes + first * dtype_size(t), len, base + first, acc + first);
   });
 }
 

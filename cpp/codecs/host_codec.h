@@ -17,7 +17,8 @@ size_t host_encode(Spec s, DType t, const void* x, size_t n, float* residual, ui
 // A frame never makes the decoder read past encoded_bytes(s, t, n) or write past y's n
 // elements: a corrupt one raises a codec Error.
 void host_decode(Spec s, DType t, const uint8_t* in, size_t n, float scale, void* y);
-void host_decode_accumulate(Spec s, DType t, const uint8_t* in, size_t n, float* acc);
+// acc = base + the decoded elements (float32; base null: acc += them).
+void host_decode_accumulate(Spec s, DType t, const uint8_t* in, size_t n, float* acc, const float* base = nullptr);
 // A lossless codec restores the bytes it was given: a decode that would also scale them (an
 // average) raises an argument Error, on the host and on the GPU alike.
 void require_unscaled(float scale);

@@ -13,14 +13,7 @@
 namespace mpicomp {
 namespace {
 
-int default_threads() {
-  cpu_set_t set;
-  int cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
-  int local = 1;
-  for (const char* var : {"MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE"})
-    if (const char* v = std::getenv(var)) local = std::max(1, std::atoi(v));
-  return std::max(1, cores / local);
-}
+int default_threads() { return std::max(1, affinity_cores() / local_ranks()); }
 
 std::atomic<int> g_setting{0};
 
@@ -98,6 +91,18 @@ Pool& pool() {
 }
 
 }  // namespace
+
+int affinity_cores() {
+  cpu_set_t set;
+  return sched_getaffinity(0, sizeof(set), &set) == 0 ? std::max(1, CPU_COUNT(&set)) : 1;
+}
+
+int local_ranks() {
+  int local = 1;
+  for (const char* var : {"MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE"})
+    if (const char* v = std::getenv(var)) local = std::max(1, std::atoi(v));
+  return local;
+}
 
 void set_codec_threads(int n) { g_setting.store(std::max(0, n), std::memory_order_relaxed); }
 

@@ -12,6 +12,10 @@ namespace mpicomp {
 // (its affinity mask) divided by the ranks its launcher started on this node
 // (MPI_LOCALNRANKS, OMPI_COMM_WORLD_LOCAL_SIZE), at least 1.
 void set_codec_threads(int n);
+// The cores this process may run on (its affinity mask), and the ranks its launcher started
+// on this node (MPI_LOCALNRANKS, OMPI_COMM_WORLD_LOCAL_SIZE; 1 when it does not say).
+int affinity_cores();
+int local_ranks();
 int codec_threads();  // the count in use (0 resolved)
 
 // Runs f(begin, end) over [0, units) in up to codec_threads() contiguous ranges of at least

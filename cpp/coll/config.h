@@ -15,7 +15,7 @@ struct Config {
   size_t eager_bytes = 32 * 1024;
   // Input bytes per pipelined message: encoding of one segment overlaps the transfer of
   // the previous ones.
-  size_t segment_bytes = 1 << 20;
+  size_t segment_bytes = 1 << 19;
   // Skip compression when all ranks share one node's memory, where the MPI library's
   // shared-memory copies beat encoding (bench/results). Off by default: the codec a user
   // names is the codec applied, on one node as on many, so numerics do not change with

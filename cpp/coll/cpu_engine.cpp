@@ -19,8 +19,8 @@ struct CpuEngine final : Engine {
   void decode(Spec s, DType t, const uint8_t* w, size_t n, float scale, void* y) override {
     host_decode(s, t, w, n, scale, y);
   }
-  void decode_accumulate(Spec s, DType t, const uint8_t* w, size_t n, float* acc) override {
-    host_decode_accumulate(s, t, w, n, acc);
+  void decode_accumulate(Spec s, DType t, const uint8_t* w, size_t n, float* acc, const float* base) override {
+    host_decode_accumulate(s, t, w, n, acc, base);
   }
   void store(const float* acc, size_t n, float scale, DType t, void* y) override {
     cpu_kernels().store(acc, n, scale, t, y);
@@ -32,7 +32,7 @@ struct CpuEngine final : Engine {
     } else {
       std::fill(acc, acc + n, 0.f);
     }
-    cpu_kernels().decode_accumulate(Spec{}, t, static_cast<const uint8_t*>(x), n, acc);
+    cpu_kernels().decode_accumulate(Spec{}, t, static_cast<const uint8_t*>(x), n, acc, acc);
   }
   float* scratch_f32(int slot, size_t n) override { return f32[slot].get<float>(n); }
   uint8_t* wire(int slot, size_t n) override { return bytes[slot].get<uint8_t>(n); }

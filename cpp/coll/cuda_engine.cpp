@@ -61,7 +61,9 @@ struct CudaEngine final : Engine {
     require_unscaled(scale);
     restore(s, t, w, n, y);
   }
-  void decode_accumulate(Spec s, DType t, const uint8_t* w, size_t n, float* acc) override {
+  void decode_accumulate(Spec s, DType t, const uint8_t* w, size_t n, float* acc, const float* base) override {
+    if (base && base != acc && n)
+      check(cudaMemcpyAsync(acc, base, n * sizeof(float), cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync");
     if (!is_lossless(s.id)) return cuda::decode_accumulate(s, t, upload(s, t, w, n), n, acc, stream);
     uint8_t* bytes = restored.get<uint8_t>(n * dtype_size(t), stream);
     restore(s, t, w, n, bytes);

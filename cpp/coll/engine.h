@@ -18,7 +18,9 @@ struct Engine {
   // whose byte count it returns. The bytes are in place (ready to send) when it returns.
   virtual size_t encode(Spec s, DType t, const void* x, size_t n, float* residual, uint8_t* wire) = 0;
   virtual void decode(Spec s, DType t, const uint8_t* wire, size_t n, float scale, void* y) = 0;
-  virtual void decode_accumulate(Spec s, DType t, const uint8_t* wire, size_t n, float* acc) = 0;
+  // acc = base + the decoded elements (base null: acc += them).
+  virtual void decode_accumulate(Spec s, DType t, const uint8_t* wire, size_t n, float* acc,
+                                 const float* base = nullptr) = 0;
   // y = acc * scale, stored as dtype t.
   virtual void store(const float* acc, size_t n, float scale, DType t, void* y) = 0;
   // acc = x (converted to float32) + residual (if any); the residual is then zeroed.

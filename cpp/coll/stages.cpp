@@ -81,7 +81,10 @@ void reduce_scatter_stage(MPI_Comm c, const CommInfo& ci, Engine& e, Spec s, DTy
       irecv(rbuf + size_t(d - 1) * my_enc + segment_offset(s, t, L.seg, k),
             encoded_bytes(s, t, seg_len(my_len, L.seg, k)), (r - d + p) % p, kTagRS, c, &rreq[k * (p - 1) + d - 1]);
 
-  e.load(t, at<char>(x, L.off[r] * dts), my_len, res ? res + L.off[r] : nullptr, acc);
+  // float32 input without a residual is not copied into acc first: the first peer's decode
+  // adds its part onto x's (x + decoded, the same sum in one pass less).
+  const float* own = t == DType::f32 && !res ? at<float>(x, L.off[r] * dts) : nullptr;
+  if (!own) e.load(t, at<char>(x, L.off[r] * dts), my_len, res ? res + L.off[r] : nullptr, acc);
 
   size_t next = 0;
   auto consume = [&](bool block) {
@@ -95,7 +98,7 @@ void reduce_scatter_stage(MPI_Comm c, const CommInfo& ci, Engine& e, Spec s, DTy
       size_t k = next / (p - 1), d = next % (p - 1);
       damage.guard((r - int(d) - 1 + p) % p, [&] {
         e.decode_accumulate(s, t, rbuf + d * my_enc + segment_offset(s, t, L.seg, k), seg_len(my_len, L.seg, k),
-                            acc + k * L.seg);
+                            acc + k * L.seg, own && d == 0 ? own + k * L.seg : nullptr);
       });
       ++next;
     }

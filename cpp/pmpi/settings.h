@@ -13,7 +13,7 @@ namespace mpicomp::pmpi {
 struct Settings {
   std::optional<Spec> codec[5];  // per Coll (index = Coll value); empty: pass through
   size_t min_bytes = 64 * 1024;  // smaller calls pass through
-  size_t segment_bytes = 1 << 20;
+  size_t segment_bytes = 1 << 19;
   bool error_feedback = false;   // keyed by (communicator, receive buffer, count)
   bool stats = false;
   bool verbose = false;          // a line on rank 0 for each new reason a call is not compressed

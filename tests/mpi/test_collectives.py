@@ -7,6 +7,8 @@ from mpi4py import MPI
 
 import mpicomp
 
+from _mpiutil import config
+
 WORLD = MPI.COMM_WORLD
 CODECS = ["none", "fp16", "bf16", "int8", "int4", "sign"]
 
@@ -196,17 +198,20 @@ def test_non_finite_reaches_every_rank(compress_small, name):
 
 
 @pytest.mark.parametrize("name", ["sign", "int4"])
-def test_error_feedback_mean_converges(compress_small, name):
+@pytest.mark.parametrize("segment", [1 << 19, 1024])  # one tile; 9 tiles (2 ranks) of a segment per rank
+def test_error_feedback_mean_converges(compress_small, name, segment):
     """Each call's error is the codec's; with feedback the mean over calls approaches the
-    exact mean (relative L2 error), without it the bias stays."""
+    exact mean (relative L2 error), without it the bias stays. Also when the allreduce goes
+    tile by tile (a segment per rank), each tile's residual kept for its own elements."""
     if WORLD.size == 1:
         pytest.skip("nothing is compressed on one rank")
-    x, xs = inputs(WORLD, 4096, seed=9)
+    x, xs = inputs(WORLD, 4096 + 300, seed=9)
     exact = np.mean(xs, axis=0)
     rel = lambda y: np.linalg.norm(y - exact) / np.linalg.norm(exact)
     ef = mpicomp.ErrorFeedback()
-    results = [mpicomp.allreduce(x, codec=name, op="avg", error_feedback=ef) for _ in range(60)]
-    single = rel(mpicomp.allreduce(x, codec=name, op="avg"))
+    with config(segment_bytes=segment):
+        results = [mpicomp.allreduce(x, codec=name, op="avg", error_feedback=ef) for _ in range(60)]
+        single = rel(mpicomp.allreduce(x, codec=name, op="avg"))
     early, late = rel(np.mean(results[:6], axis=0)), rel(np.mean(results, axis=0))
     assert late < single / 4 and late < early / 2, (single, early, late)
     plain = rel(np.mean([mpicomp.allreduce(x, codec=name, op="avg") for _ in range(5)], axis=0))
