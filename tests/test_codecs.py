@@ -214,6 +214,39 @@ def test_decode_onto_a_base_is_copy_then_accumulate(name):
         np.testing.assert_array_equal(acc, base + c.decode(enc, n))
 
 
+@pytest.mark.parametrize("name", ["fp16", "bf16", "int8", "int4", "sign"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_streamed_decode_writes_the_same_floats(name, threads):
+    """decode(stream=True) (streaming stores around the cache, for large outputs; issue 20)
+    writes the bits of a plain decode, at any alignment of the output and on every SIMD target,
+    and nothing past its n elements."""
+    c = mpicomp.codec(name, **({"block": 96} if name in ("int8", "int4", "sign") else {}))
+    n = 3 * 65536 + 4096 + 13
+    x = data(n, seed=3)
+    x[7] = np.nan
+    enc = c.encode(x)
+    ids = _core.DTYPES["float32"][0]
+    before = mpicomp.config.codec_threads
+    mpicomp.config.codec_threads = threads
+    try:
+        def run():
+            outs = []
+            for offset in (0, 1, 3):  # y 16-byte aligned, and 4 and 12 bytes past it
+                y = np.full(n + 8, -7.0, np.float32)
+                _core.decode(c.id, c.block, ids, enc.ctypes.data, n, 0.5, y[offset:].ctypes.data, True)
+                assert np.all(y[:offset] == -7.0) and np.all(y[offset + n:] == -7.0)
+                outs.append(y[offset:offset + n].copy())
+            return tuple(outs)
+
+        outs = same_on_every_target(run)
+    finally:
+        mpicomp.config.codec_threads = before
+    plain = np.empty(n, np.float32)
+    _core.decode(c.id, c.block, ids, enc.ctypes.data, n, 0.5, plain.ctypes.data)
+    for y in outs:
+        np.testing.assert_array_equal(y.view(np.uint32), plain.view(np.uint32))
+
+
 @pytest.mark.parametrize("name", CODECS)
 def test_all_targets_agree_on_float16_data(name):
     # float16 in (every bit pattern, then noise) and float16 out take F16C's bulk conversions

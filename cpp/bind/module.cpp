@@ -240,10 +240,12 @@ PYBIND11_MODULE(_core, m) {
     return host_encode(Spec{CodecId(codec), block}, DType(dtype), ptr<void>(x), n, ptr<float>(residual),
                        ptr<uint8_t>(out));
   }, "Encodes into out (room for encoded_bytes); returns the bytes written");
-  m.def("decode", [](int codec, uint32_t block, int dtype, uintptr_t in, size_t n, float scale, uintptr_t y) {
+  m.def("decode", [](int codec, uint32_t block, int dtype, uintptr_t in, size_t n, float scale, uintptr_t y,
+                     bool stream) {
     py::gil_scoped_release nogil;
-    host_decode(Spec{CodecId(codec), block}, DType(dtype), ptr<uint8_t>(in), n, scale, ptr<void>(y));
-  });
+    host_decode(Spec{CodecId(codec), block}, DType(dtype), ptr<uint8_t>(in), n, scale, ptr<void>(y), stream);
+  }, py::arg("codec"), py::arg("block"), py::arg("dtype"), py::arg("in"), py::arg("n"), py::arg("scale"),
+     py::arg("y"), py::arg("stream") = false, "stream: float32 written with streaming stores (same values)");
   m.def("decode_accumulate", [](int codec, uint32_t block, int dtype, uintptr_t in, size_t n, uintptr_t acc,
                                  uintptr_t base) {
     py::gil_scoped_release nogil;

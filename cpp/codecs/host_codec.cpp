@@ -1,7 +1,11 @@
 #include "host_codec.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <vector>
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 
 #include "../core/errors.h"
 #include "codec.h"
@@ -28,6 +32,22 @@ void in_ranges(Spec s, size_t n, F&& f) {
   });
 }
 
+// Copies n floats to y with streaming (non-temporal) stores: y's lines are written without
+// first being read into the cache (write-allocate). Other threads see them after a fence().
+void stream_floats(const float* src, size_t n, float* y) {
+  size_t i = 0;
+#if defined(__SSE2__)
+  for (; i < n && (reinterpret_cast<uintptr_t>(y + i) & 15); ++i) y[i] = src[i];
+  for (; i + 4 <= n; i += 4) _mm_stream_ps(y + i, _mm_loadu_ps(src + i));
+#endif
+  for (; i < n; ++i) y[i] = src[i];
+}
+void fence() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
+}
+
 const uint8_t* at(const void* p, size_t bytes) { return static_cast<const uint8_t*>(p) + bytes; }
 uint8_t* at(void* p, size_t bytes) { return static_cast<uint8_t*>(p) + bytes; }
 
@@ -47,7 +67,22 @@ void require_unscaled(float scale) {
   if (scale != 1.f) throw Error(ErrorKind::argument, "a lossless codec restores bytes: it cannot scale them");
 }
 
-void host_decode(Spec s, DType t, const uint8_t* in, size_t n, float scale, void* y) {
+void host_decode(Spec s, DType t, const uint8_t* in, size_t n, float scale, void* y, bool stream) {
+  if (!is_lossless(s.id) && stream && t == DType::f32) {
+    // Decoded a few blocks at a time into a buffer that stays in L1, then streamed out.
+    const CpuKernels& k = cpu_kernels();
+    const size_t step = is_blockwise(s.id) ? std::max<size_t>(1, 4096 / s.block) * s.block : 4096;
+    return in_ranges(s, n, [&](size_t first, size_t len) {
+      thread_local std::vector<float> buf;
+      buf.resize(step);
+      for (size_t i = 0; i < len; i += step) {
+        const size_t m = std::min(step, len - i);
+        k.decode(s, t, in + encoded_bytes(s, t, first + i), m, scale, buf.data());
+        stream_floats(buf.data(), m, static_cast<float*>(y) + first + i);
+      }
+      fence();  // once per range: a fence waits for the streamed lines to reach memory
+    });
+  }
   if (!is_lossless(s.id)) {
     const CpuKernels& k = cpu_kernels();
     return in_ranges(s, n, [&](size_t first, size_t len) {

@@ -15,8 +15,10 @@ namespace mpicomp {
 size_t host_encode(Spec s, DType t, const void* x, size_t n, float* residual, uint8_t* out);
 // Decodes n elements into y, times scale (1 for lossless codecs, which restore the bytes).
 // A frame never makes the decoder read past encoded_bytes(s, t, n) or write past y's n
-// elements: a corrupt one raises a codec Error.
-void host_decode(Spec s, DType t, const uint8_t* in, size_t n, float scale, void* y);
+// elements: a corrupt one raises a codec Error. stream: float32 output of a lossy codec is
+// written with streaming stores, around the cache (the same values; for outputs too large
+// to stay in cache, whose lines would otherwise be read before they are written).
+void host_decode(Spec s, DType t, const uint8_t* in, size_t n, float scale, void* y, bool stream = false);
 // acc = base + the decoded elements (float32; base null: acc += them).
 void host_decode_accumulate(Spec s, DType t, const uint8_t* in, size_t n, float* acc, const float* base = nullptr);
 // A lossless codec restores the bytes it was given: a decode that would also scale them (an

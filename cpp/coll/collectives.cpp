@@ -84,6 +84,13 @@ Spec output_spec(Spec wire, DType t) {
   return wire;
 }
 
+// Outputs of this many bytes and more are decoded into place with streaming stores, around
+// the cache (Engine::decode): no longer fitting in cache, each line of them would be read
+// from memory before it is written. 10 Gbit/s, 2 ranks, int4 allreduce: 64 MiB 21.5-22.1 ->
+// 16.1-16.9 ms, 32 MiB 9.8 -> 7.2-8.0 ms; at 16 MiB, which stays in cache between calls, sign
+// was slower (docs/measurements.md).
+constexpr size_t kStreamBytes = size_t(32) << 20;
+
 // The mean from the sum, for results the MPI library (or the eager exchange) summed.
 void divide(void* y, DType t, size_t n, int size) {
   if (t == DType::f64) {
@@ -205,6 +212,7 @@ void allreduce(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   // a 10 Gbit/s link, 16 MiB int4: 3.5 ms instead of 5.3; docs/measurements.md).
   const size_t seg = segment_elems(wire, a.dtype, cfg.segment_bytes), tile = seg * size_t(ci.size);
   const size_t dts = dtype_size(a.dtype);
+  const bool stream = a.count * dts >= kStreamBytes;
   for (size_t first = 0; first < a.count; first += tile) {
     const size_t n = std::min(tile, a.count - first);
     const char* xt = static_cast<const char*>(x) + first * dts;
@@ -218,7 +226,7 @@ void allreduce(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
       // first and gathered as it is (the same numbers on every rank).
       char* mine = yt + L.off[ci.rank] * dts;
       e.store(acc, L.len(ci.rank), scale, a.dtype, mine);
-      allgather_stage(comm, ci, e, wire, a.dtype, L, mine, nullptr, a.dtype, yt, 1.f, damage);
+      allgather_stage(comm, ci, e, wire, a.dtype, L, mine, nullptr, a.dtype, yt, 1.f, stream, damage);
       continue;
     }
     Spec out = output_spec(wire, a.dtype);
@@ -230,7 +238,7 @@ void allreduce(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
       out_scale = 1.f;
     }
     allgather_stage(comm, ci, e, out, DType::f32, L, acc, rt ? rt + L.off[ci.rank] : nullptr, a.dtype, yt, out_scale,
-                    damage);
+                    stream, damage);
   }
   if (is_lossless(wire.id)) check_frames(comm, ci, damage);
 }
@@ -298,7 +306,7 @@ void allgather(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   Layout L = equal_layout(ci.size, a.count, segment_elems(wire, a.dtype, cfg.segment_bytes));
   FrameDamage damage;
   allgather_stage(comm, ci, e, wire, a.dtype, L, x, wire.id == CodecId::none ? nullptr : a.residual, a.dtype, y, 1.f,
-                  damage);
+                  a.count * dtype_size(a.dtype) * ci.size >= kStreamBytes, damage);
   if (is_lossless(wire.id)) check_frames(comm, ci, damage);
 }
 

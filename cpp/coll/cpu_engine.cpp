@@ -16,8 +16,8 @@ struct CpuEngine final : Engine {
   size_t encode(Spec s, DType t, const void* x, size_t n, float* res, uint8_t* w) override {
     return host_encode(s, t, x, n, res, w);
   }
-  void decode(Spec s, DType t, const uint8_t* w, size_t n, float scale, void* y) override {
-    host_decode(s, t, w, n, scale, y);
+  void decode(Spec s, DType t, const uint8_t* w, size_t n, float scale, void* y, bool stream) override {
+    host_decode(s, t, w, n, scale, y, stream);
   }
   void decode_accumulate(Spec s, DType t, const uint8_t* w, size_t n, float* acc, const float* base) override {
     host_decode_accumulate(s, t, w, n, acc, base);

@@ -56,7 +56,7 @@ struct CudaEngine final : Engine {
     check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");  // MPI sends it next
     return encoded_bytes(s, t, n);
   }
-  void decode(Spec s, DType t, const uint8_t* w, size_t n, float scale, void* y) override {
+  void decode(Spec s, DType t, const uint8_t* w, size_t n, float scale, void* y, bool) override {
     if (!is_lossless(s.id)) return cuda::decode(s, t, upload(s, t, w, n), n, scale, y, stream);
     require_unscaled(scale);
     restore(s, t, w, n, y);

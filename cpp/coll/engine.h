@@ -17,7 +17,9 @@ struct Engine {
   // Encode n elements of x (dtype t, engine memory) into wire; see host_encode (host_codec.h),
   // whose byte count it returns. The bytes are in place (ready to send) when it returns.
   virtual size_t encode(Spec s, DType t, const void* x, size_t n, float* residual, uint8_t* wire) = 0;
-  virtual void decode(Spec s, DType t, const uint8_t* wire, size_t n, float scale, void* y) = 0;
+  // stream: y is large and written once; the host engine writes float32 around the cache
+  // (host_decode). Same values either way.
+  virtual void decode(Spec s, DType t, const uint8_t* wire, size_t n, float scale, void* y, bool stream = false) = 0;
   // acc = base + the decoded elements (base null: acc += them).
   virtual void decode_accumulate(Spec s, DType t, const uint8_t* wire, size_t n, float* acc,
                                  const float* base = nullptr) = 0;

@@ -126,7 +126,7 @@ void reduce_scatter_stage(MPI_Comm c, const CommInfo& ci, Engine& e, Spec s, DTy
 }
 
 void allgather_stage(MPI_Comm c, const CommInfo& ci, Engine& e, Spec s, DType st, const Layout& L, const void* src,
-                     float* res, DType yt, void* y, float scale, FrameDamage& damage) {
+                     float* res, DType yt, void* y, float scale, bool stream, FrameDamage& damage) {
   const int r = ci.rank, p = ci.size;
   const size_t sts = dtype_size(st), yts = dtype_size(yt);
 
@@ -150,7 +150,7 @@ void allgather_stage(MPI_Comm c, const CommInfo& ci, Engine& e, Spec s, DType st
     size_t first = L.off[j] + k * L.seg;
     damage.guard(j, [&] {
       e.decode(s, yt, part + segment_offset(s, st, L.seg, k), seg_len(L.len(j), L.seg, k), scale,
-               at<char>(y, first * yts));
+               at<char>(y, first * yts), stream);
     });
   };
   std::vector<int> idx(rreq.size());

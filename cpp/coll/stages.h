@@ -75,8 +75,9 @@ void reduce_scatter_stage(MPI_Comm c, const CommInfo& ci, Engine& e, Spec s, DTy
 
 // Every rank's `src` (its own part, dtype st) is encoded once and decoded by all ranks (the
 // owner too, so all outputs are identical) into y (dtype yt) times scale. residual: error
-// feedback for the own part (may be null). Codec none requires st == yt.
+// feedback for the own part (may be null). Codec none requires st == yt. stream: y is
+// written around the cache (Engine::decode).
 void allgather_stage(MPI_Comm c, const CommInfo& ci, Engine& e, Spec s, DType st, const Layout& L, const void* src,
-                     float* residual, DType yt, void* y, float scale, FrameDamage& damage);
+                     float* residual, DType yt, void* y, float scale, bool stream, FrameDamage& damage);
 
 }  // namespace mpicomp

@@ -178,6 +178,31 @@ def test_allgather(comm, compress_small, name):
     assert identical_everywhere(comm, y)
 
 
+@pytest.mark.parametrize("name", ["int8", "sign"])
+def test_outputs_from_32_mib_are_streamed_with_the_same_bits(name):
+    """From 32 MiB of output the decodes write around the cache (streaming stores, issue 20).
+    An allreduce gives the bits of the same tiles reduced in two calls too small for that,
+    within the codec's bound of the float64 sum; an allgather gives each rank's part decoded
+    from its encoding, as one process computes it."""
+    c = mpicomp.codec(name)
+    tile = WORLD.size * (mpicomp.config.segment_bytes // 4)
+    n = ((32 << 20) // 4 // tile + 1) * tile + 777
+    x = np.random.default_rng(WORLD.rank).standard_normal(n).astype(np.float32)
+    y = mpicomp.allreduce(x, codec=name)
+    half = n // tile // 2 * tile
+    parts = [mpicomp.allreduce(x[:half].copy(), codec=name), mpicomp.allreduce(x[half:].copy(), codec=name)]
+    assert y.tobytes() == np.concatenate(parts).tobytes()
+    xs = np.empty((WORLD.size, n), np.float32)
+    WORLD.Allgather(x, xs)
+    xs = xs.astype(np.float64)
+    exact = xs.sum(axis=0)
+    assert np.all(np.abs(y - exact) <= allreduce_bound(c, list(xs), exact, WORLD))
+    k = n // WORLD.size + 1
+    g = mpicomp.allgather(x[:k], codec=name)
+    mine = [c.decode(c.encode(v[:k].astype(np.float32)), k) for v in xs] if WORLD.size > 1 else [x[:k]]
+    assert g.tobytes() == np.concatenate(mine).tobytes()
+
+
 def test_reduce_scatter_rejects_indivisible_input():
     if WORLD.size == 1:
         pytest.skip("every count divides by 1")
