@@ -215,8 +215,8 @@ def test_decode_onto_a_base_is_copy_then_accumulate(name):
 
 
 @pytest.mark.parametrize("name", ["fp16", "bf16", "int8", "int4", "sign"])
-@pytest.mark.parametrize("threads", [1, 2])
-def test_streamed_decode_writes_the_same_floats(name, threads):
+@pytest.mark.parametrize("count", [1, 2])
+def test_streamed_decode_writes_the_same_floats(threads, name, count):
     """decode(stream=True) (streaming stores around the cache, for large outputs; issue 20)
     writes the bits of a plain decode, at any alignment of the output and on every SIMD target,
     and nothing past its n elements."""
@@ -226,21 +226,18 @@ def test_streamed_decode_writes_the_same_floats(name, threads):
     x[7] = np.nan
     enc = c.encode(x)
     ids = _core.DTYPES["float32"][0]
-    before = mpicomp.config.codec_threads
-    mpicomp.config.codec_threads = threads
-    try:
-        def run():
-            outs = []
-            for offset in (0, 1, 3):  # y 16-byte aligned, and 4 and 12 bytes past it
-                y = np.full(n + 8, -7.0, np.float32)
-                _core.decode(c.id, c.block, ids, enc.ctypes.data, n, 0.5, y[offset:].ctypes.data, True)
-                assert np.all(y[:offset] == -7.0) and np.all(y[offset + n:] == -7.0)
-                outs.append(y[offset:offset + n].copy())
-            return tuple(outs)
+    threads(count)
 
-        outs = same_on_every_target(run)
-    finally:
-        mpicomp.config.codec_threads = before
+    def run():
+        outs = []
+        for offset in (0, 1, 3):  # y 16-byte aligned, and 4 and 12 bytes past it
+            y = np.full(n + 8, -7.0, np.float32)
+            _core.decode(c.id, c.block, ids, enc.ctypes.data, n, 0.5, y[offset:].ctypes.data, True)
+            assert np.all(y[:offset] == -7.0) and np.all(y[offset + n:] == -7.0)
+            outs.append(y[offset:offset + n].copy())
+        return tuple(outs)
+
+    outs = same_on_every_target(run)
     plain = np.empty(n, np.float32)
     _core.decode(c.id, c.block, ids, enc.ctypes.data, n, 0.5, plain.ctypes.data)
     for y in outs:

@@ -68,23 +68,22 @@ void require_unscaled(float scale) {
 }
 
 void host_decode(Spec s, DType t, const uint8_t* in, size_t n, float scale, void* y, bool stream) {
-  if (!is_lossless(s.id) && stream && t == DType::f32) {
-    // Decoded a few blocks at a time into a buffer that stays in L1, then streamed out.
-    const CpuKernels& k = cpu_kernels();
-    const size_t step = is_blockwise(s.id) ? std::max<size_t>(1, 4096 / s.block) * s.block : 4096;
-    return in_ranges(s, n, [&](size_t first, size_t len) {
-      thread_local std::vector<float> buf;
-      buf.resize(step);
-      for (size_t i = 0; i < len; i += step) {
-        const size_t m = std::min(step, len - i);
-        k.decode(s, t, in + encoded_bytes(s, t, first + i), m, scale, buf.data());
-        stream_floats(buf.data(), m, static_cast<float*>(y) + first + i);
-      }
-      fence();  // once per range: a fence waits for the streamed lines to reach memory
-    });
-  }
   if (!is_lossless(s.id)) {
     const CpuKernels& k = cpu_kernels();
+    if (stream && t == DType::f32) {
+      // Decoded a few blocks at a time into a buffer that stays in L1, then streamed out.
+      const size_t step = is_blockwise(s.id) ? std::max<size_t>(1, 4096 / s.block) * s.block : 4096;
+      return in_ranges(s, n, [&](size_t first, size_t len) {
+        thread_local std::vector<float> buf;
+        buf.resize(step);
+        for (size_t i = 0; i < len; i += step) {
+          const size_t m = std::min(step, len - i);
+          k.decode(s, t, in + encoded_bytes(s, t, first + i), m, scale, buf.data());
+          stream_floats(buf.data(), m, static_cast<float*>(y) + first + i);
+        }
+        fence();  // once per range: a fence waits for the streamed lines to reach memory
+      });
+    }
     return in_ranges(s, n, [&](size_t first, size_t len) {
       k.decode(s, t, in + encoded_bytes(s, t, first), len, scale, at(y, first * dtype_size(t)));
     });

@@ -67,6 +67,9 @@ bool oversubscribed() {
   return over;
 }
 
+// Whether a wait can be MPI's own blocking one: no deadline to check, and a core to spin on.
+bool mpi_waits() { return !t_timed && !oversubscribed(); }
+
 // Polls `test` until it reports progress or the deadline (if any) passes.
 template <class Test>
 void poll(int n, MPI_Request* r, const char* what, Test test) {
@@ -127,7 +130,7 @@ CallScope::~CallScope() {
 
 void wait_all(int n, MPI_Request* r, const char* what) {
   if (n == 0) return;
-  if (!t_timed && !oversubscribed()) return mpi_check(PMPI_Waitall(n, r, MPI_STATUSES_IGNORE), what);
+  if (mpi_waits()) return mpi_check(PMPI_Waitall(n, r, MPI_STATUSES_IGNORE), what);
   poll(n, r, what, [&] {
     int done = 0;
     mpi_check(PMPI_Testall(n, r, &done, MPI_STATUSES_IGNORE), what);
@@ -136,7 +139,7 @@ void wait_all(int n, MPI_Request* r, const char* what) {
 }
 
 void wait_one(MPI_Request* r, MPI_Status* status, const char* what) {
-  if (!t_timed && !oversubscribed()) return mpi_check(PMPI_Wait(r, status), what);
+  if (mpi_waits()) return mpi_check(PMPI_Wait(r, status), what);
   poll(1, r, what, [&] {
     int done = 0;
     mpi_check(PMPI_Test(r, &done, status), what);
@@ -146,7 +149,7 @@ void wait_one(MPI_Request* r, MPI_Status* status, const char* what) {
 
 int wait_any(int n, MPI_Request* r, const char* what) {
   int k = MPI_UNDEFINED;
-  if (!t_timed && !oversubscribed()) {
+  if (mpi_waits()) {
     mpi_check(PMPI_Waitany(n, r, &k, MPI_STATUS_IGNORE), what);
     return k;
   }
@@ -160,7 +163,7 @@ int wait_any(int n, MPI_Request* r, const char* what) {
 
 int wait_some(int n, MPI_Request* r, int* idx, const char* what) {
   int count = 0;
-  if (!t_timed && !oversubscribed()) {
+  if (mpi_waits()) {
     mpi_check(PMPI_Waitsome(n, r, &count, idx, MPI_STATUSES_IGNORE), what);
     return count;
   }

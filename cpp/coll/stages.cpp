@@ -83,8 +83,9 @@ void reduce_scatter_stage(MPI_Comm c, const CommInfo& ci, Engine& e, Spec s, DTy
 
   // float32 input without a residual is not copied into acc first: the first peer's decode
   // adds its part onto x's (x + decoded, the same sum in one pass less).
-  const float* own = t == DType::f32 && !res ? at<float>(x, L.off[r] * dts) : nullptr;
-  if (!own) e.load(t, at<char>(x, L.off[r] * dts), my_len, res ? res + L.off[r] : nullptr, acc);
+  const char* mine = at<char>(x, L.off[r] * dts);
+  const float* own = t == DType::f32 && !res ? reinterpret_cast<const float*>(mine) : nullptr;
+  if (!own) e.load(t, mine, my_len, res ? res + L.off[r] : nullptr, acc);
 
   size_t next = 0;
   auto consume = [&](bool block) {
