@@ -293,9 +293,11 @@ def test_bound_model_matches_the_measured_link():
     per_rank = bound.Link(gbit=1)
     assert bound.bound_us("allreduce", "none", 4 << 20, 2, 1.0, none, per_rank)[0] == link_us / 2
     int8 = mpicomp.codec("int8")
-    speeds = bound.Speeds([int8], np.random.default_rng(0).standard_normal(1 << 16).astype(np.float32))
-    link8, codec8 = bound.bound_us("allreduce", "int8", 4 << 20, 2, 3.94, speeds, shared)
-    assert abs(link8 * 3.94 - link_us) < 1 and 0 < codec8 < 1e6
+    x = np.random.default_rng(0).standard_normal(1 << 16).astype(np.float32)
+    for stream in (False, True):  # the collectives decode outputs of _core.STREAM_BYTES and more streamed
+        speeds = bound.Speeds([int8], x, stream=stream)
+        link8, codec8 = bound.bound_us("allreduce", "int8", 4 << 20, 2, 3.94, speeds, shared)
+        assert abs(link8 * 3.94 - link_us) < 1 and 0 < codec8 < 1e6
     assert bound.bound_us("allreduce", "int8", 4 << 20, 1, 3.94, speeds, shared) == (None, 0.0)
 
 

@@ -184,6 +184,7 @@ PYBIND11_MODULE(_core, m) {
   m.attr("FRAME_ALIGN") = kFrameAlign;
   m.attr("CHUNK_BYTES") = kChunkBytes;
   m.attr("RAW_CHUNK") = kRawChunk;
+  m.attr("STREAM_BYTES") = kStreamBytes;
 
   m.def("numpy_args", [](const py::array& x, py::handle out, int out_mode, int size) {
     NumpyArgs t = numpy_args(x, out, out_mode, size);

@@ -19,6 +19,14 @@ struct CollArgs {
   Engine* engine = nullptr;    // null: the CPU engine
 };
 
+// allreduce and allgather outputs of this many bytes and more are decoded into place with
+// streaming stores, around the cache (Engine::decode): no longer fitting in cache, each line
+// of them would be read from memory before it is written. 10 Gbit/s, 2 ranks, int4
+// allreduce: 64 MiB 21.5-22.1 -> 16.1-16.9 ms, 32 MiB 9.8 -> 7.2-8.0 ms; at 16 MiB, which
+// stays in cache between calls, sign was slower (docs/measurements.md). mpicomp.bench.bound
+// times its decodes the same way (_core.STREAM_BYTES).
+constexpr size_t kStreamBytes = size_t(32) << 20;
+
 // y[i] = sum (or mean) over ranks of x[i]; count elements each.
 void allreduce(MPI_Comm comm, const void* x, void* y, const CollArgs& a);
 // x holds size * count elements; y (count) = the sum over ranks of part `rank` of x.

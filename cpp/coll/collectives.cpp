@@ -84,13 +84,6 @@ Spec output_spec(Spec wire, DType t) {
   return wire;
 }
 
-// Outputs of this many bytes and more are decoded into place with streaming stores, around
-// the cache (Engine::decode): no longer fitting in cache, each line of them would be read
-// from memory before it is written. 10 Gbit/s, 2 ranks, int4 allreduce: 64 MiB 21.5-22.1 ->
-// 16.1-16.9 ms, 32 MiB 9.8 -> 7.2-8.0 ms; at 16 MiB, which stays in cache between calls, sign
-// was slower (docs/measurements.md).
-constexpr size_t kStreamBytes = size_t(32) << 20;
-
 // The mean from the sum, for results the MPI library (or the eager exchange) summed.
 void divide(void* y, DType t, size_t n, int size) {
   if (t == DType::f64) {

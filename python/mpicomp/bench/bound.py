@@ -5,8 +5,13 @@ Two lower bounds per call, and the larger is the bound (perfect overlap of the t
   loopback that all ranks share, so the link carries every rank's bytes; with --per-rank each
   rank has its own full-duplex link and carries its own. MPICOMP_NETEM says which (and the
   rate); --link-gbit gives a rate for other links (then taken as per-rank).
-- codec: this rank's codec work at the speeds measured here at the start of the run (one
-  core, the SIMD target in use; as `mpicomp-bench codecs`).
+- codec: this rank's codec work at the speeds measured here for each size, on that size's
+  data (one core, the SIMD target in use; as `mpicomp-bench codecs -n`), decodes streamed
+  where the collective streams them, and every rank timing its kernels at the same moments:
+  a node's ranks do their codec work together in the collective and share its memory, and a
+  rank timed alone, or on a sample that fits in cache when the call's buffers do not, gives a
+  bound the collective cannot reach (16 MiB samples timed unsynchronised put sign's 16 MiB
+  bound anywhere from 1.7 to 2.5 ms on a 2-core Xeon).
 
 Per rank, for p ranks, n elements of input, wire bytes w(k) of k elements:
 allreduce (reduce-scatter, then allgather): sends 2 (p-1)/p w(n); encodes n (its p-1 parts,
@@ -24,7 +29,7 @@ from .codecs import seconds
 
 __all__ = ["Link", "Speeds", "bound_us"]
 
-_SAMPLE = 1 << 22  # elements timed per codec: 16 MiB of float32, past the caches
+_MIN_SAMPLE = 1 << 16  # elements timed at least: 256 KiB of float32, 10-50 us a kernel
 
 
 class Link:
@@ -48,14 +53,16 @@ class Link:
 
 
 class Speeds:
-    """Encode, decode and decode-accumulate seconds per element, per codec, measured on a
-    sample of the run's data (as `mpicomp-bench codecs` measures them; x: a numpy array of
-    the data's bytes, of dtype ``dtype``: bfloat16's are seen as float16 by numpy)."""
+    """Encode, decode and decode-accumulate seconds per element, per codec, at one size:
+    timed on x, a numpy array of that size's data (its bytes, of dtype ``dtype``: bfloat16's
+    seen as float16 by numpy), best of 3; stream: the decodes with streaming stores; comm:
+    the ranks that time together (a barrier before each run)."""
 
-    def __init__(self, codecs, x, dtype="float32"):
-        n = min(_SAMPLE, x.size) or 1
-        sample = np.resize(x, n)
-        self.per_element = {c.spec: [t / n for t in seconds(c, sample, 3, dtype)] for c in codecs if c.id}  # none: no work
+    def __init__(self, codecs, x, dtype="float32", stream=False, comm=None):
+        sample = x if x.size >= _MIN_SAMPLE else np.resize(x, _MIN_SAMPLE)
+        sync = comm.Barrier if comm is not None and comm.Get_size() > 1 else None
+        self.per_element = {c.spec: [t / sample.size for t in seconds(c, sample, 3, dtype, stream, sync)]
+                            for c in codecs if c.id}  # none: no work
 
 
 def bound_us(op, spec, n, p, ratio, speeds, link, itemsize=4):

@@ -11,33 +11,37 @@ from ..codecs import DTYPE_IDS
 from . import inputs, report
 
 
-def _best(fn, repeats):
+def _best(fn, repeats, sync=None):
     fn()
     best = float("inf")
     for _ in range(repeats):
+        if sync:
+            sync()
         t0 = time.perf_counter()
         fn()
         best = min(best, time.perf_counter() - t0)
     return best
 
 
-def kernels(c, x, dtype=None):
+def kernels(c, x, dtype=None, stream=False):
     """Codec c's encode, decode and decode-accumulate of numpy array x, as calls of no
     arguments on buffers made once (x holds dtype's bytes, default x's own dtype; the
-    accumulator is float32)."""
+    accumulator is float32; stream: decode with streaming stores, as the collectives decode
+    outputs of _core.STREAM_BYTES and more)."""
     dtype = dtype or x.dtype.name
     n, t = x.size, DTYPE_IDS[dtype]
     buf, y, acc = np.empty(c.encoded_bytes(n, dtype), np.uint8), np.empty_like(x), np.zeros(n, np.float32)
     _core.encode(c.id, c.block, t, x.ctypes.data, n, 0, buf.ctypes.data)
     return (lambda: _core.encode(c.id, c.block, t, x.ctypes.data, n, 0, buf.ctypes.data),
-            lambda: _core.decode(c.id, c.block, t, buf.ctypes.data, n, 1.0, y.ctypes.data),
+            lambda: _core.decode(c.id, c.block, t, buf.ctypes.data, n, 1.0, y.ctypes.data, stream),
             lambda: _core.decode_accumulate(c.id, c.block, t, buf.ctypes.data, n, acc.ctypes.data))
 
 
-def seconds(c, x, repeats, dtype=None):
+def seconds(c, x, repeats, dtype=None, stream=False, sync=None):
     """(encode, decode, decode-accumulate) seconds of codec c on numpy array x (holding
-    dtype's bytes), best of repeats, on this thread's SIMD target."""
-    return tuple(_best(fn, repeats) for fn in kernels(c, x, dtype))
+    dtype's bytes), best of repeats, on this thread's SIMD target; sync() before each timed
+    run (a barrier, so that ranks time their kernels together)."""
+    return tuple(_best(fn, repeats, sync) for fn in kernels(c, x, dtype, stream))
 
 
 def run(args):

@@ -17,7 +17,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from .. import allgather, allreduce, config, reduce_scatter
+from .. import _core, allgather, allreduce, config, reduce_scatter
 from . import bound, inputs, report
 from .options import COLLECTIVE_PEERS, iterations, iterations_note
 
@@ -125,10 +125,9 @@ def run(args, comm=MPI.COMM_WORLD):
     if "gloo" in compare:
         passes.append([("peer", "gloo")])
     link = bound.Link(args.link_gbit)
-    speeds = bound.Speeds(args.codecs, inputs.typed(inputs.make(args.data, 1 << 22, 1234 + rank), args.dtype)[1],
-                          args.dtype)
     notes.append(f"Bound(us): max(link time, codec time) of one call ({link.describe()}; codec speeds measured "
-                 f"here, one core); %Bound = bound / measured (mpicomp.bench.bound)")
+                 f"here at each size, one core per rank, all ranks at once); %Bound = bound / measured "
+                 f"(mpicomp.bench.bound)")
     out = report.Report(args, comm, op.name, notes, {c: COLLECTIVE_PEERS[c] for c in compare},
                         extra=[("Bound(us)", 12, ".1f", "bound_us"), ("%Bound", 8, ".0f", "pct_of_bound")])
     failures, cache = 0, {}
@@ -141,6 +140,8 @@ def run(args, comm=MPI.COMM_WORLD):
             y, y_bytes = inputs.typed(np.zeros(op.out_len(n, p), np.float32), args.dtype)
             iters, warmup = iterations(args, nbytes)
             out.measuring(nbytes, index, f"{names}; rounds: {args.rounds}, iterations: {iters}")
+            speeds = bound.Speeds([what for kind, what in impls if kind == "mpicomp"], x[1], args.dtype,
+                                  op.out_len(n, p) * itemsize >= _core.STREAM_BYTES, comm)
             calls = {(kind, what): _peer(what, op, x, y_bytes, comm, cache) if kind == "peer"
                      else (lambda c=what: op.run(x[0], y, c, comm)) for kind, what in impls}
             # Side by side: every implementation once per round, the best round kept.
