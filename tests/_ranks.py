@@ -1,5 +1,6 @@
 """What every multi-rank test session needs (imported by tests/mpi/conftest.py and
 tests/torch/mpi/conftest.py, so pytest finds these hooks and fixtures there)."""
+import os
 import sys
 
 import pytest

@@ -12,6 +12,7 @@
 #include "../coll/config.h"
 #include "../coll/deadline.h"
 #include "../coll/scratch.h"
+#include "../coll/stages.h"
 #include "../coll/stats.h"
 #include "../core/errors.h"
 #include "args.h"
@@ -301,6 +302,9 @@ PYBIND11_MODULE(_core, m) {
                          size_t verbose, double timeout_s, size_t cache_bytes) {
     set_config(Config{min_bytes, eager_bytes, segment_bytes, skip_local != 0, verbose != 0, timeout_s, cache_bytes});
   });
+  m.def("segment_elements", [](int codec, uint32_t block, int dtype, size_t segment_bytes) {
+    return segment_elems(Spec{CodecId(codec), block}, DType(dtype), segment_bytes);
+  }, "Elements per pipelined message for a codec, dtype and config.segment_bytes");
   m.def("scratch_held", &scratch_held);
   m.def("set_codec_threads", &set_codec_threads, "Threads per codec call; 0: the default (codecs/parallel.h)");
   m.def("codec_threads", &codec_threads, "Threads per codec call in use");

@@ -202,36 +202,48 @@ void allreduce(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   // The buffer is reduced a tile at a time, a tile being one segment per rank: each rank's
   // float32 accumulator and wire buffers then stay in its core's cache from the load to the
   // allgather's encoding, where whole-buffer stages took each pass through main memory (on
-  // a 10 Gbit/s link, 16 MiB int4: 3.5 ms instead of 5.3; docs/measurements.md).
+  // a 10 Gbit/s link, 16 MiB int4: 3.5 ms instead of 5.3; docs/measurements.md). Tile k+1's
+  // reduce-scatter starts while tile k's allgather is on the wire (its accumulator k % 2,
+  // wire slots 2 and 3), so that neither the link nor the core waits for the other.
   const size_t seg = segment_elems(wire, a.dtype, cfg.segment_bytes), tile = seg * size_t(ci.size);
   const size_t dts = dtype_size(a.dtype);
   const bool stream = a.count * dts >= kStreamBytes;
-  for (size_t first = 0; first < a.count; first += tile) {
-    const size_t n = std::min(tile, a.count - first);
-    const char* xt = static_cast<const char*>(x) + first * dts;
+  Layout L;
+  float* acc = nullptr;
+  std::optional<ReduceScatterStage> rs;
+  auto start_tile = [&](size_t first, size_t k) {
+    L = balanced_layout(ci.size, std::min(tile, a.count - first), granule, seg);
+    acc = e.scratch_f32(int(k % 2), L.len(ci.rank));
+    rs.emplace(comm, ci, e, wire, a.dtype, L, static_cast<const char*>(x) + first * dts, res ? res + first : nullptr,
+               acc, damage, 2);
+  };
+  start_tile(0, 0);
+  for (size_t first = 0, k = 0; first < a.count; first += tile, ++k) {
+    rs->finish();
     char* yt = static_cast<char*>(y) + first * dts;
     float* rt = res ? res + first : nullptr;
-    Layout L = balanced_layout(ci.size, n, granule, seg);
-    float* acc = e.scratch_f32(0, L.len(ci.rank));
-    reduce_scatter_stage(comm, ci, e, wire, a.dtype, L, xt, rt, acc, damage);
+    std::optional<AllgatherStage> ag;
     if (is_lossless(wire.id)) {
       // A frame restores the bytes it was given: the reduced part is stored as the output
       // first and gathered as it is (the same numbers on every rank).
       char* mine = yt + L.off[ci.rank] * dts;
       e.store(acc, L.len(ci.rank), scale, a.dtype, mine);
-      allgather_stage(comm, ci, e, wire, a.dtype, L, mine, nullptr, a.dtype, yt, 1.f, stream, damage);
-      continue;
+      ag.emplace(comm, ci, e, wire, a.dtype, L, mine, nullptr, a.dtype, yt, 1.f, stream, damage);
+    } else {
+      Spec out = output_spec(wire, a.dtype);
+      float out_scale = scale;
+      if (out.id != wire.id && scale != 1.f) {
+        // Uncompressed 16-bit data: divide before the one rounding to the output dtype, or an
+        // average is rounded twice (the sum to fp16/bf16, then the quotient).
+        e.store(acc, L.len(ci.rank), scale, DType::f32, acc);
+        out_scale = 1.f;
+      }
+      ag.emplace(comm, ci, e, out, DType::f32, L, acc, rt ? rt + L.off[ci.rank] : nullptr, a.dtype, yt, out_scale,
+                 stream, damage);
     }
-    Spec out = output_spec(wire, a.dtype);
-    float out_scale = scale;
-    if (out.id != wire.id && scale != 1.f) {
-      // Uncompressed 16-bit data: divide before the one rounding to the output dtype, or an
-      // average is rounded twice (the sum to fp16/bf16, then the quotient).
-      e.store(acc, L.len(ci.rank), scale, DType::f32, acc);
-      out_scale = 1.f;
-    }
-    allgather_stage(comm, ci, e, out, DType::f32, L, acc, rt ? rt + L.off[ci.rank] : nullptr, a.dtype, yt, out_scale,
-                    stream, damage);
+    rs.reset();
+    if (first + tile < a.count) start_tile(first + tile, k + 1);
+    ag->finish();
   }
   if (is_lossless(wire.id)) check_frames(comm, ci, damage);
 }
@@ -267,7 +279,8 @@ void reduce_scatter(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   Layout L = equal_layout(ci.size, a.count, segment_elems(wire, a.dtype, cfg.segment_bytes));
   float* acc = e.scratch_f32(0, a.count);
   FrameDamage damage;
-  reduce_scatter_stage(comm, ci, e, wire, a.dtype, L, x, wire.id == CodecId::none ? nullptr : a.residual, acc, damage);
+  ReduceScatterStage(comm, ci, e, wire, a.dtype, L, x, wire.id == CodecId::none ? nullptr : a.residual, acc, damage)
+      .finish();
   if (is_lossless(wire.id)) check_frames(comm, ci, damage);
   e.store(acc, a.count, scale, a.dtype, y);
 }
@@ -298,8 +311,9 @@ void allgather(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   Spec wire{sig.wire, a.spec.block};
   Layout L = equal_layout(ci.size, a.count, segment_elems(wire, a.dtype, cfg.segment_bytes));
   FrameDamage damage;
-  allgather_stage(comm, ci, e, wire, a.dtype, L, x, wire.id == CodecId::none ? nullptr : a.residual, a.dtype, y, 1.f,
-                  a.count * dtype_size(a.dtype) * ci.size >= kStreamBytes, damage);
+  AllgatherStage(comm, ci, e, wire, a.dtype, L, x, wire.id == CodecId::none ? nullptr : a.residual, a.dtype, y, 1.f,
+                 a.count * dtype_size(a.dtype) * ci.size >= kStreamBytes, damage)
+      .finish();
   if (is_lossless(wire.id)) check_frames(comm, ci, damage);
 }
 

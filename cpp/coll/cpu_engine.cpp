@@ -11,7 +11,7 @@ namespace {
 // One per thread: an iallreduce's worker thread and the caller's thread never share buffers.
 struct CpuEngine final : Engine {
   Scratch f32[2];
-  Scratch bytes[2];
+  Scratch bytes[4];  // wire slots: an allgather stage (0, 1), the next tile's reduce-scatter (2, 3)
 
   size_t encode(Spec s, DType t, const void* x, size_t n, float* res, uint8_t* w) override {
     return host_encode(s, t, x, n, res, w);

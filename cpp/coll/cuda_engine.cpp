@@ -20,13 +20,14 @@ struct CudaEngine final : Engine {
   cudaStream_t stream = nullptr;
   bool direct = false;
   Buffer f32[2] = {Buffer(false), Buffer(false)};
-  Buffer host[2] = {Buffer(true), Buffer(true)};      // staged wire bytes
-  Buffer mirror[2] = {Buffer(false), Buffer(false)};  // their device copies (direct: the wire)
+  // Wire slots: an allgather stage (0, 1) and the next tile's reduce-scatter (2, 3).
+  Buffer host[4] = {Buffer(true), Buffer(true), Buffer(true), Buffer(true)};  // staged wire bytes
+  Buffer mirror[4] = {Buffer(false), Buffer(false), Buffer(false), Buffer(false)};  // device copies (direct: the wire)
   Buffer restored{false};                             // a lossless frame's bytes, to accumulate
 
   // The device copy of staged wire bytes at w.
   uint8_t* on_device(const uint8_t* w) {
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < 4; ++i) {
       auto* base = static_cast<const uint8_t*>(host[i].p);
       if (base && w >= base && w < base + host[i].size) return static_cast<uint8_t*>(mirror[i].p) + (w - base);
     }

@@ -83,9 +83,15 @@ void poll(int n, MPI_Request* r, const char* what, Test test) {
 
 }  // namespace
 
-Posted::Posted(std::vector<MPI_Request>& v) { t_posted.push_back({&v, nullptr, 0}); }
-Posted::Posted(MPI_Request* r, int n) { t_posted.push_back({nullptr, r, n}); }
-Posted::~Posted() { t_posted.pop_back(); }
+Posted::Posted(std::vector<MPI_Request>& v) : what_(&v) { t_posted.push_back({&v, nullptr, 0}); }
+Posted::Posted(MPI_Request* r, int n) : what_(r) { t_posted.push_back({nullptr, r, n}); }
+Posted::~Posted() {
+  for (size_t i = t_posted.size(); i-- > 0;)
+    if ((t_posted[i].v ? static_cast<const void*>(t_posted[i].v) : t_posted[i].r) == what_) {
+      t_posted.erase(t_posted.begin() + std::ptrdiff_t(i));
+      return;
+    }
+}
 
 namespace {
 

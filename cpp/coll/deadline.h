@@ -32,7 +32,8 @@ class CallScope {
 
 // Requests a call has posted and may not have completed when a wait expires: all of them
 // are abandoned then, not only the ones waited for, so that no late message can land in a
-// buffer after the call has given it up. Registered for the guard's lifetime.
+// buffer after the call has given it up. Registered for the guard's lifetime; guards may end
+// in any order (an allreduce's stages in flight together).
 class Posted {
  public:
   explicit Posted(std::vector<MPI_Request>& v);
@@ -40,6 +41,9 @@ class Posted {
   ~Posted();
   Posted(const Posted&) = delete;
   Posted& operator=(const Posted&) = delete;
+
+ private:
+  const void* what_;
 };
 
 // Whether a call on comm timed out. Such a communicator is never freed (by mpicomp, its

@@ -52,7 +52,15 @@ Layout balanced_layout(int size, size_t n, size_t granule, size_t seg) {
 
 size_t segment_elems(Spec s, DType t, size_t segment_bytes) {
   size_t g = is_blockwise(s.id) ? s.block : is_lossless(s.id) ? kChunkBytes / dtype_size(t) : kLanes;
-  return std::max(g, segment_bytes / dtype_size(t) / g * g);
+  size_t n = std::max(g, segment_bytes / dtype_size(t) / g * g);
+  if (is_lossless(s.id)) return n;
+  // A codec that compresses more than kWireFraction-fold takes longer segments, so that each
+  // message still carries segment_bytes / kWireFraction on the wire: a message costs a
+  // latency whatever its size, and sign's 18 KiB from 512 KiB paid it once per tile (10
+  // Gbit/s, 2 ranks, 16 MiB allreduce: 2.4 ms in tiles of 512 KiB, 1.8-2.0 ms of 2 MiB;
+  // docs/measurements.md). int8, int4 and the 16-bit codecs keep segment_bytes.
+  size_t min_wire = segment_bytes / kWireFraction, per_g = encoded_bytes(s, t, g);
+  return std::max(n, (min_wire + per_g - 1) / per_g * g);
 }
 
 void check_frames(MPI_Comm c, const CommInfo& ci, const FrameDamage& d) {
@@ -66,50 +74,30 @@ void check_frames(MPI_Comm c, const CommInfo& ci, const FrameDamage& d) {
                                     " received a corrupt lossless frame; the call failed on every rank");
 }
 
-void reduce_scatter_stage(MPI_Comm c, const CommInfo& ci, Engine& e, Spec s, DType t, const Layout& L, const void* x,
-                          float* res, float* acc, FrameDamage& damage) {
-  const int r = ci.rank, p = ci.size;
-  const size_t dts = dtype_size(t), my_len = L.len(r), my_enc = part_bytes(s, t, my_len, L.seg);
-  const size_t nin = nsegs(my_len, L.seg);
+ReduceScatterStage::ReduceScatterStage(MPI_Comm c, const CommInfo& ci, Engine& e, Spec s, DType t, const Layout& L,
+                                       const void* x, float* res, float* acc, FrameDamage& damage, int slot)
+    : r_(ci.rank), p_(ci.size), e_(e), s_(s), t_(t), L_(L), acc_(acc), damage_(damage), my_len_(L.len(ci.rank)),
+      my_enc_(part_bytes(s, t, my_len_, L.seg)) {
+  const int r = r_, p = p_;
+  const size_t dts = dtype_size(t), nin = nsegs(my_len_, L.seg);
 
   // Receives, posted in the order they are consumed: segment by segment, peers r-1, r-2, ...
-  uint8_t* rbuf = e.wire(0, my_enc * size_t(p - 1));
-  std::vector<MPI_Request> rreq(nin * size_t(p - 1));
-  Posted posted_r(rreq);
+  rbuf_ = e.wire(slot, my_enc_ * size_t(p - 1));
+  rreq_.resize(nin * size_t(p - 1));
   for (size_t k = 0; k < nin; ++k)
     for (int d = 1; d < p; ++d)
-      irecv(rbuf + size_t(d - 1) * my_enc + segment_offset(s, t, L.seg, k),
-            encoded_bytes(s, t, seg_len(my_len, L.seg, k)), (r - d + p) % p, kTagRS, c, &rreq[k * (p - 1) + d - 1]);
+      irecv(rbuf_ + size_t(d - 1) * my_enc_ + segment_offset(s, t, L.seg, k),
+            encoded_bytes(s, t, seg_len(my_len_, L.seg, k)), (r - d + p) % p, kTagRS, c, &rreq_[k * (p - 1) + d - 1]);
 
   // float32 input without a residual is not copied into acc first: the first peer's decode
   // adds its part onto x's (x + decoded, the same sum in one pass less).
   const char* mine = at<char>(x, L.off[r] * dts);
-  const float* own = t == DType::f32 && !res ? reinterpret_cast<const float*>(mine) : nullptr;
-  if (!own) e.load(t, mine, my_len, res ? res + L.off[r] : nullptr, acc);
-
-  size_t next = 0;
-  auto consume = [&](bool block) {
-    while (next < rreq.size()) {
-      int done = 1;
-      if (block)
-        wait_all(1, &rreq[next], "MPI_Wait");
-      else
-        mpi_check(PMPI_Test(&rreq[next], &done, MPI_STATUS_IGNORE), "MPI_Test");
-      if (!done) return;
-      size_t k = next / (p - 1), d = next % (p - 1);
-      damage.guard((r - int(d) - 1 + p) % p, [&] {
-        e.decode_accumulate(s, t, rbuf + d * my_enc + segment_offset(s, t, L.seg, k), seg_len(my_len, L.seg, k),
-                            acc + k * L.seg, own && d == 0 ? own + k * L.seg : nullptr);
-      });
-      ++next;
-    }
-  };
+  own_ = t == DType::f32 && !res ? reinterpret_cast<const float*>(mine) : nullptr;
+  if (!own_) e.load(t, mine, my_len_, res ? res + L.off[r] : nullptr, acc);
 
   size_t send_bytes = 0;
   for (int d = 1; d < p; ++d) send_bytes += part_bytes(s, t, L.len((r + d) % p), L.seg);
-  uint8_t* sbuf = e.wire(1, send_bytes);
-  std::vector<MPI_Request> sreq;
-  Posted posted_s(sreq);
+  uint8_t* sbuf = e.wire(slot + 1, send_bytes);
   size_t spos = 0;
   for (int d = 1; d < p; ++d) {
     int dst = (r + d) % p;
@@ -117,71 +105,99 @@ void reduce_scatter_stage(MPI_Comm c, const CommInfo& ci, Engine& e, Spec s, DTy
     for (size_t k = 0; k < nsegs(len, L.seg); ++k) {
       size_t n = seg_len(len, L.seg, k), first = L.off[dst] + k * L.seg;
       uint8_t* w = sbuf + spos + segment_offset(s, t, L.seg, k);
-      isend(w, e.encode(s, t, at<char>(x, first * dts), n, res ? res + first : nullptr, w), dst, kTagRS, c, sreq);
+      isend(w, e.encode(s, t, at<char>(x, first * dts), n, res ? res + first : nullptr, w), dst, kTagRS, c, sreq_);
       consume(false);
     }
     spos += part_bytes(s, t, len, L.seg);
   }
-  consume(true);
-  waitall(sreq);
 }
 
-void allgather_stage(MPI_Comm c, const CommInfo& ci, Engine& e, Spec s, DType st, const Layout& L, const void* src,
-                     float* res, DType yt, void* y, float scale, bool stream, FrameDamage& damage) {
-  const int r = ci.rank, p = ci.size;
-  const size_t sts = dtype_size(st), yts = dtype_size(yt);
+void ReduceScatterStage::consume(bool block) {
+  while (next_ < rreq_.size()) {
+    int done = 1;
+    if (block)
+      wait_all(1, &rreq_[next_], "MPI_Wait");
+    else
+      mpi_check(PMPI_Test(&rreq_[next_], &done, MPI_STATUS_IGNORE), "MPI_Test");
+    if (!done) return;
+    size_t k = next_ / (p_ - 1), d = next_ % (p_ - 1);
+    damage_.guard((r_ - int(d) - 1 + p_) % p_, [&] {
+      e_.decode_accumulate(s_, t_, rbuf_ + d * my_enc_ + segment_offset(s_, t_, L_.seg, k), seg_len(my_len_, L_.seg, k),
+                           acc_ + k * L_.seg, own_ && d == 0 ? own_ + k * L_.seg : nullptr);
+    });
+    ++next_;
+  }
+}
 
-  // One receive per (peer, segment); part j lands at rpos[j] in the receive buffer.
-  std::vector<size_t> rpos(p + 1, 0);
-  for (int j = 0; j < p; ++j) rpos[j + 1] = rpos[j] + (j == r ? 0 : part_bytes(s, st, L.len(j), L.seg));
-  uint8_t* rbuf = e.wire(0, rpos[p]);
-  std::vector<MPI_Request> rreq;
-  Posted posted_r(rreq);
-  std::vector<std::pair<int, size_t>> which;  // (part, segment) of each receive
+void ReduceScatterStage::finish() {
+  consume(true);
+  waitall(sreq_);
+}
+
+AllgatherStage::AllgatherStage(MPI_Comm c, const CommInfo& ci, Engine& e, Spec s, DType st, const Layout& L,
+                               const void* src, float* res, DType yt, void* y, float scale, bool stream,
+                               FrameDamage& damage, int slot)
+    : r_(ci.rank), p_(ci.size), e_(e), s_(s), st_(st), yt_(yt), L_(L), y_(y), scale_(scale), stream_(stream),
+      damage_(damage), rpos_(ci.size + 1, 0) {
+  const int r = r_, p = p_;
+  const size_t sts = dtype_size(st);
+
+  // One receive per (peer, segment).
+  for (int j = 0; j < p; ++j) rpos_[j + 1] = rpos_[j] + (j == r ? 0 : part_bytes(s, st, L.len(j), L.seg));
+  rbuf_ = e.wire(slot, rpos_[p]);
   for (int j = 0; j < p; ++j) {
     if (j == r) continue;
     for (size_t k = 0; k < nsegs(L.len(j), L.seg); ++k) {
-      rreq.emplace_back();
-      which.emplace_back(j, k);
-      irecv(rbuf + rpos[j] + segment_offset(s, st, L.seg, k), encoded_bytes(s, st, seg_len(L.len(j), L.seg, k)), j, kTagAG,
-            c, &rreq.back());
+      rreq_.emplace_back();
+      which_.emplace_back(j, k);
+      irecv(rbuf_ + rpos_[j] + segment_offset(s, st, L.seg, k), encoded_bytes(s, st, seg_len(L.len(j), L.seg, k)), j,
+            kTagAG, c, &rreq_.back());
     }
   }
-  auto decode_part = [&](const uint8_t* part, int j, size_t k) {
-    size_t first = L.off[j] + k * L.seg;
-    damage.guard(j, [&] {
-      e.decode(s, yt, part + segment_offset(s, st, L.seg, k), seg_len(L.len(j), L.seg, k), scale,
-               at<char>(y, first * yts), stream);
-    });
-  };
-  std::vector<int> idx(rreq.size());
-  size_t left = rreq.size();
-  auto consume = [&](bool block) {
-    while (left > 0) {
-      int count = 0;
-      if (block)
-        count = wait_some(int(rreq.size()), rreq.data(), idx.data(), "MPI_Waitsome");
-      else
-        mpi_check(PMPI_Testsome(int(rreq.size()), rreq.data(), &count, idx.data(), MPI_STATUSES_IGNORE), "MPI_Testsome");
-      if (count == MPI_UNDEFINED || count == 0) return;
-      for (int i = 0; i < count; ++i) decode_part(rbuf + rpos[which[idx[i]].first], which[idx[i]].first, which[idx[i]].second);
-      left -= size_t(count);
-    }
-  };
+  idx_.resize(rreq_.size());
+  left_ = rreq_.size();
 
   const size_t my_len = L.len(r);
-  uint8_t* sbuf = e.wire(1, part_bytes(s, st, my_len, L.seg));
-  std::vector<MPI_Request> sreq;
-  Posted posted_s(sreq);
+  sbuf_ = e.wire(slot + 1, part_bytes(s, st, my_len, L.seg));
   for (size_t k = 0; k < nsegs(my_len, L.seg); ++k) {
     size_t n = seg_len(my_len, L.seg, k), o = segment_offset(s, st, L.seg, k);
-    size_t bytes = e.encode(s, st, at<char>(src, k * L.seg * sts), n, res ? res + k * L.seg : nullptr, sbuf + o);
-    for (int d = 1; d < p; ++d) isend(sbuf + o, bytes, (r + d) % p, kTagAG, c, sreq);
+    size_t bytes = e.encode(s, st, at<char>(src, k * L.seg * sts), n, res ? res + k * L.seg : nullptr, sbuf_ + o);
+    for (int d = 1; d < p; ++d) isend(sbuf_ + o, bytes, (r + d) % p, kTagAG, c, sreq_);
     consume(false);
   }
-  for (size_t k = 0; k < nsegs(my_len, L.seg); ++k) decode_part(sbuf, r, k);
+}
+
+void AllgatherStage::decode_part(const uint8_t* part, int j, size_t k) {
+  size_t first = L_.off[j] + k * L_.seg;
+  damage_.guard(j, [&] {
+    e_.decode(s_, yt_, part + segment_offset(s_, st_, L_.seg, k), seg_len(L_.len(j), L_.seg, k), scale_,
+              at<char>(y_, first * dtype_size(yt_)), stream_);
+  });
+}
+
+void AllgatherStage::consume(bool block) {
+  while (left_ > 0) {
+    int count = 0;
+    if (block)
+      count = wait_some(int(rreq_.size()), rreq_.data(), idx_.data(), "MPI_Waitsome");
+    else
+      mpi_check(PMPI_Testsome(int(rreq_.size()), rreq_.data(), &count, idx_.data(), MPI_STATUSES_IGNORE),
+                "MPI_Testsome");
+    if (count == MPI_UNDEFINED || count == 0) return;
+    for (int i = 0; i < count; ++i) {
+      auto [j, k] = which_[idx_[i]];
+      decode_part(rbuf_ + rpos_[j], j, k);
+    }
+    left_ -= size_t(count);
+  }
+}
+
+void AllgatherStage::finish() {
+  // The own part is decoded here, not when it is sent: an allreduce has started the next
+  // tile's reduce-scatter by now, whose messages travel meanwhile.
+  for (size_t k = 0; k < nsegs(L_.len(r_), L_.seg); ++k) decode_part(sbuf_, r_, k);
   consume(true);
-  waitall(sreq);
+  waitall(sreq_);
 }
 
 }  // namespace mpicomp

@@ -9,8 +9,10 @@
 #include <mpi.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "deadline.h"
 #include "engine.h"
 #include "mpi_util.h"
 
@@ -28,7 +30,9 @@ struct Layout {
 Layout equal_layout(int size, size_t k, size_t seg);
 // n elements in `size` parts whose boundaries fall on multiples of `granule` (allreduce).
 Layout balanced_layout(int size, size_t n, size_t granule, size_t seg);
-// Segment length for a codec and dtype from the configured segment bytes.
+// Segment length for a codec and dtype from the configured segment bytes: segment_bytes of
+// input, or as many more as put segment_bytes / kWireFraction on the wire (lossy codecs).
+constexpr size_t kWireFraction = 8;
 size_t segment_elems(Spec s, DType t, size_t segment_bytes);
 // Where segment k of an encoded part starts in a receive buffer: segments are whole blocks
 // (whole chunks for lossless codecs), so each has room for the largest encoding of `seg`.
@@ -66,18 +70,75 @@ struct FrameDamage {
 // One small allreduce: raises a codec Error on every rank when any rank recorded damage.
 void check_frames(MPI_Comm c, const CommInfo& ci, const FrameDamage& d);
 
+// A stage is in flight from its constructor, which posts the receives and encodes and sends
+// this rank's parts, to finish(), which waits for the rest and decodes it. In between, the
+// caller may start another stage on other wire slots: an allreduce encodes and sends the next
+// tile's reduce-scatter while this tile's allgather is on the wire, and decodes that
+// allgather while the next reduce-scatter travels. A stage uses the engine's wire buffers
+// `slot` and `slot + 1`. Not movable: MPI and the timeout guard hold its requests' address.
+
 // acc (float32, own part) = sum over ranks of their part `rank` of x. The own part is added
 // exactly, the others decoded in a fixed order, so the result does not depend on timing.
 // residual (input-sized, may be null): error feedback for the encoded parts; the own part's
 // entries are added to acc and zeroed.
-void reduce_scatter_stage(MPI_Comm c, const CommInfo& ci, Engine& e, Spec s, DType t, const Layout& L, const void* x,
-                          float* residual, float* acc, FrameDamage& damage);
+class ReduceScatterStage {
+ public:
+  ReduceScatterStage(MPI_Comm c, const CommInfo& ci, Engine& e, Spec s, DType t, const Layout& L, const void* x,
+                     float* residual, float* acc, FrameDamage& damage, int slot = 0);
+  ReduceScatterStage(const ReduceScatterStage&) = delete;
+  ReduceScatterStage& operator=(const ReduceScatterStage&) = delete;
+  // acc holds the sum when it returns.
+  void finish();
+
+ private:
+  void consume(bool block);
+  const int r_, p_;
+  Engine& e_;
+  const Spec s_;
+  const DType t_;
+  const Layout L_;
+  float* const acc_;
+  FrameDamage& damage_;
+  const size_t my_len_, my_enc_;
+  const float* own_ = nullptr;  // float32 input added by the first peer's decode (no load)
+  uint8_t* rbuf_ = nullptr;
+  size_t next_ = 0;  // receives are consumed in the order they were posted
+  std::vector<MPI_Request> rreq_, sreq_;
+  Posted posted_r_{rreq_}, posted_s_{sreq_};
+};
 
 // Every rank's `src` (its own part, dtype st) is encoded once and decoded by all ranks (the
 // owner too, so all outputs are identical) into y (dtype yt) times scale. residual: error
 // feedback for the own part (may be null). Codec none requires st == yt. stream: y is
 // written around the cache (Engine::decode).
-void allgather_stage(MPI_Comm c, const CommInfo& ci, Engine& e, Spec s, DType st, const Layout& L, const void* src,
-                     float* residual, DType yt, void* y, float scale, bool stream, FrameDamage& damage);
+class AllgatherStage {
+ public:
+  AllgatherStage(MPI_Comm c, const CommInfo& ci, Engine& e, Spec s, DType st, const Layout& L, const void* src,
+                 float* residual, DType yt, void* y, float scale, bool stream, FrameDamage& damage, int slot = 0);
+  AllgatherStage(const AllgatherStage&) = delete;
+  AllgatherStage& operator=(const AllgatherStage&) = delete;
+  // y holds every part when it returns.
+  void finish();
+
+ private:
+  void consume(bool block);
+  void decode_part(const uint8_t* part, int j, size_t k);
+  const int r_, p_;
+  Engine& e_;
+  const Spec s_;
+  const DType st_, yt_;
+  const Layout L_;
+  void* const y_;
+  const float scale_;
+  const bool stream_;
+  FrameDamage& damage_;
+  std::vector<size_t> rpos_;  // part j lands at rpos_[j] in the receive buffer
+  uint8_t *rbuf_ = nullptr, *sbuf_ = nullptr;
+  std::vector<std::pair<int, size_t>> which_;  // (part, segment) of each receive
+  std::vector<int> idx_;
+  size_t left_ = 0;
+  std::vector<MPI_Request> rreq_, sreq_;
+  Posted posted_r_{rreq_}, posted_s_{sreq_};
+};
 
 }  // namespace mpicomp

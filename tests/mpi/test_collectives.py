@@ -6,6 +6,8 @@ import torch
 from mpi4py import MPI
 
 import mpicomp
+from mpicomp import _core
+from mpicomp.codecs import DTYPE_IDS
 
 from _mpiutil import config
 
@@ -185,7 +187,7 @@ def test_outputs_from_32_mib_are_streamed_with_the_same_bits(name):
     within the codec's bound of the float64 sum; an allgather gives each rank's part decoded
     from its encoding, as one process computes it."""
     c = mpicomp.codec(name)
-    tile = WORLD.size * (mpicomp.config.segment_bytes // 4)
+    tile = WORLD.size * _core.segment_elements(c.id, c.block, DTYPE_IDS["float32"], mpicomp.config.segment_bytes)
     n = ((32 << 20) // 4 // tile + 1) * tile + 777
     x = np.random.default_rng(WORLD.rank).standard_normal(n).astype(np.float32)
     y = mpicomp.allreduce(x, codec=name)
@@ -223,7 +225,7 @@ def test_non_finite_reaches_every_rank(compress_small, name):
 
 
 @pytest.mark.parametrize("name", ["sign", "int4"])
-@pytest.mark.parametrize("segment", [1 << 19, 1024])  # one tile; 9 tiles (2 ranks) of a segment per rank
+@pytest.mark.parametrize("segment", [1 << 19, 1024])  # one tile; 9 (int4) or 3 (sign) tiles on 2 ranks
 def test_error_feedback_mean_converges(compress_small, name, segment):
     """Each call's error is the codec's; with feedback the mean over calls approaches the
     exact mean (relative L2 error), without it the bias stays. Also when the allreduce goes
