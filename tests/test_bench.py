@@ -301,6 +301,17 @@ def test_bound_model_matches_the_measured_link():
     assert bound.bound_us("allreduce", "int8", 4 << 20, 1, 3.94, speeds, shared) == (None, 0.0)
 
 
+def test_bound_keeps_each_kernels_fastest_round():
+    """Speeds are timed once per round beside the collectives; the bound takes each kernel's
+    fastest, as the table takes each collective's fastest round."""
+    from mpicomp.bench import bound
+
+    first, second = bound.Speeds([], np.zeros(1, np.float32)), bound.Speeds([], np.zeros(1, np.float32))
+    first.per_element = {"int8": [3.0, 1.0, 2.0]}
+    second.per_element = {"int8": [1.0, 2.0, 2.0], "sign": [5.0, 4.0, 6.0]}
+    assert first.keep_faster(second).per_element == {"int8": [1.0, 1.0, 2.0], "sign": [5.0, 4.0, 6.0]}
+
+
 def test_bound_columns_in_the_table_and_json(tmp_path):
     out = tmp_path / "r.json"
     r = bench("allreduce", "-m", "1M:1M", "--codec", "none,int8", "--compare", "mpi", "-i", "3", "--rounds", "1",
