@@ -22,9 +22,13 @@ attribute          environment variable        meaning
                                                one-message limit.
 ``segment_bytes``  ``MPICOMP_SEGMENT_BYTES``   input bytes per pipelined message: encoding
                                                of one segment overlaps sending the previous.
-                                               An allreduce goes a tile of one segment per
-                                               rank at a time, so that its float32 sums
-                                               stay in cache. Default 512 KiB.
+                                               Codecs compressing more than 8x (sign) take
+                                               longer segments, to put segment_bytes / 8 on
+                                               the wire per message. An allreduce goes a
+                                               tile of one segment per rank at a time, so
+                                               that its float32 sums stay in cache, the
+                                               next tile's first stage in flight beside
+                                               this tile's second. Default 512 KiB.
 ``skip_local``     ``MPICOMP_SKIP_LOCAL``      1: send uncompressed when all ranks of the
                                                communicator share one node's memory, where
                                                MPI's shared-memory copies beat any codec
