@@ -277,12 +277,17 @@ void reduce_scatter(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   }
   Spec wire{sig.wire, a.spec.block};
   Layout L = equal_layout(ci.size, a.count, segment_elems(wire, a.dtype, cfg.segment_bytes));
-  float* acc = e.scratch_f32(0, a.count);
+  // float32 output is its own accumulator (unless it overlaps the input): the sums are
+  // written once, where a scratch accumulator took them through memory twice more, out and
+  // back for the store (10 Gbit/s, 2 ranks, 64 MiB int4: docs/measurements.md).
+  const char *xb = static_cast<const char*>(x), *yb = static_cast<const char*>(y);
+  const bool into_y = a.dtype == DType::f32 && (yb + a.count * sizeof(float) <= xb || xb + total * sizeof(float) <= yb);
+  float* acc = into_y ? static_cast<float*>(y) : e.scratch_f32(0, a.count);
   FrameDamage damage;
   ReduceScatterStage(comm, ci, e, wire, a.dtype, L, x, wire.id == CodecId::none ? nullptr : a.residual, acc, damage)
       .finish();
   if (is_lossless(wire.id)) check_frames(comm, ci, damage);
-  e.store(acc, a.count, scale, a.dtype, y);
+  if (!into_y || scale != 1.f) e.store(acc, a.count, scale, a.dtype, y);
 }
 
 void allgather(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
