@@ -29,7 +29,9 @@ constexpr size_t kStreamBytes = size_t(32) << 20;
 
 // y[i] = sum (or mean) over ranks of x[i]; count elements each.
 void allreduce(MPI_Comm comm, const void* x, void* y, const CollArgs& a);
-// x holds size * count elements; y (count) = the sum over ranks of part `rank` of x.
+// x holds size * count elements; y (count) = the sum over ranks of part `rank` of x. y does
+// not overlap x (MPI's rule too: the Python layer refuses it, the interposer copies an
+// MPI_IN_PLACE input).
 void reduce_scatter(MPI_Comm comm, const void* x, void* y, const CollArgs& a);
 // x holds count elements; y (size * count) = the concatenation of all ranks' x.
 void allgather(MPI_Comm comm, const void* x, void* y, const CollArgs& a);

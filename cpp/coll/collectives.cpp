@@ -221,29 +221,28 @@ void allreduce(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   for (size_t first = 0, k = 0; first < a.count; first += tile, ++k) {
     rs->finish();
     char* yt = static_cast<char*>(y) + first * dts;
-    float* rt = res ? res + first : nullptr;
-    std::optional<AllgatherStage> ag;
+    // The allgather sends the float32 sums (their residual: error feedback of the own part),
+    // or for a lossless codec the output's own part: a frame restores the bytes it was given,
+    // so the reduced part is stored as the output first and gathered as it is.
+    Spec out = output_spec(wire, a.dtype);
+    DType st = DType::f32;
+    const void* src = acc;
+    float* src_res = res ? res + first + L.off[ci.rank] : nullptr;
+    float out_scale = scale;
     if (is_lossless(wire.id)) {
-      // A frame restores the bytes it was given: the reduced part is stored as the output
-      // first and gathered as it is (the same numbers on every rank).
       char* mine = yt + L.off[ci.rank] * dts;
       e.store(acc, L.len(ci.rank), scale, a.dtype, mine);
-      ag.emplace(comm, ci, e, wire, a.dtype, L, mine, nullptr, a.dtype, yt, 1.f, stream, damage);
-    } else {
-      Spec out = output_spec(wire, a.dtype);
-      float out_scale = scale;
-      if (out.id != wire.id && scale != 1.f) {
-        // Uncompressed 16-bit data: divide before the one rounding to the output dtype, or an
-        // average is rounded twice (the sum to fp16/bf16, then the quotient).
-        e.store(acc, L.len(ci.rank), scale, DType::f32, acc);
-        out_scale = 1.f;
-      }
-      ag.emplace(comm, ci, e, out, DType::f32, L, acc, rt ? rt + L.off[ci.rank] : nullptr, a.dtype, yt, out_scale,
-                 stream, damage);
+      st = a.dtype, src = mine, src_res = nullptr, out_scale = 1.f;
+    } else if (out.id != wire.id && scale != 1.f) {
+      // Uncompressed 16-bit data: divide before the one rounding to the output dtype, or an
+      // average is rounded twice (the sum to fp16/bf16, then the quotient).
+      e.store(acc, L.len(ci.rank), scale, DType::f32, acc);
+      out_scale = 1.f;
     }
+    AllgatherStage ag(comm, ci, e, out, st, L, src, src_res, a.dtype, yt, out_scale, stream, damage);
     rs.reset();
     if (first + tile < a.count) start_tile(first + tile, k + 1);
-    ag->finish();
+    ag.finish();
   }
   if (is_lossless(wire.id)) check_frames(comm, ci, damage);
 }
@@ -277,11 +276,10 @@ void reduce_scatter(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   }
   Spec wire{sig.wire, a.spec.block};
   Layout L = equal_layout(ci.size, a.count, segment_elems(wire, a.dtype, cfg.segment_bytes));
-  // float32 output is its own accumulator (unless it overlaps the input): the sums are
-  // written once, where a scratch accumulator took them through memory twice more, out and
-  // back for the store (10 Gbit/s, 2 ranks, 64 MiB int4: docs/measurements.md).
-  const char *xb = static_cast<const char*>(x), *yb = static_cast<const char*>(y);
-  const bool into_y = a.dtype == DType::f32 && (yb + a.count * sizeof(float) <= xb || xb + total * sizeof(float) <= yb);
+  // float32 output is its own accumulator: the sums are written once, where a scratch
+  // accumulator took them through memory twice more, out and back for the store (10 Gbit/s,
+  // 2 ranks, 64 MiB int4: docs/measurements.md).
+  const bool into_y = a.dtype == DType::f32;
   float* acc = into_y ? static_cast<float*>(y) : e.scratch_f32(0, a.count);
   FrameDamage damage;
   ReduceScatterStage(comm, ci, e, wire, a.dtype, L, x, wire.id == CodecId::none ? nullptr : a.residual, acc, damage)

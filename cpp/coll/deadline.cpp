@@ -25,6 +25,7 @@ struct Registered {
   std::vector<MPI_Request>* v;
   MPI_Request* r;
   int n;
+  const Posted* guard;  // whose registration it is
 };
 thread_local std::vector<Registered> t_posted;
 
@@ -83,11 +84,11 @@ void poll(int n, MPI_Request* r, const char* what, Test test) {
 
 }  // namespace
 
-Posted::Posted(std::vector<MPI_Request>& v) : what_(&v) { t_posted.push_back({&v, nullptr, 0}); }
-Posted::Posted(MPI_Request* r, int n) : what_(r) { t_posted.push_back({nullptr, r, n}); }
+Posted::Posted(std::vector<MPI_Request>& v) { t_posted.push_back({&v, nullptr, 0, this}); }
+Posted::Posted(MPI_Request* r, int n) { t_posted.push_back({nullptr, r, n, this}); }
 Posted::~Posted() {
   for (size_t i = t_posted.size(); i-- > 0;)
-    if ((t_posted[i].v ? static_cast<const void*>(t_posted[i].v) : t_posted[i].r) == what_) {
+    if (t_posted[i].guard == this) {
       t_posted.erase(t_posted.begin() + std::ptrdiff_t(i));
       return;
     }

@@ -41,9 +41,6 @@ class Posted {
   ~Posted();
   Posted(const Posted&) = delete;
   Posted& operator=(const Posted&) = delete;
-
- private:
-  const void* what_;
 };
 
 // Whether a call on comm timed out. Such a communicator is never freed (by mpicomp, its

@@ -50,5 +50,5 @@ def test_tiles_in_flight_give_the_bits_of_tiles_one_by_one(name, op, dtype):
     with config(min_bytes=0, segment_bytes=4096):
         y = mpicomp.allreduce(x, codec=name, op=op)
         parts = [mpicomp.allreduce(x[i:i + tile].clone(), codec=name, op=op) for i in range(0, n, tile)]
-    assert torch.equal(y.view(torch.int16 if dtype != "float32" else torch.int32),
-                       torch.cat(parts).view(torch.int16 if dtype != "float32" else torch.int32))
+    bits = torch.int32 if dtype == "float32" else torch.int16
+    assert torch.equal(y.view(bits), torch.cat(parts).view(bits))

@@ -127,8 +127,7 @@ def run(args, comm=MPI.COMM_WORLD):
     link = bound.Link(args.link_gbit)
     notes.append(f"Bound(us): max(link time, codec time) of one call ({link.describe()}; codec speeds measured "
                  f"here at each size in each round, the fastest kept, one core per rank, all ranks at once); "
-                 f"%Bound = bound / measured "
-                 f"(mpicomp.bench.bound)")
+                 f"%Bound = bound / measured (mpicomp.bench.bound)")
     out = report.Report(args, comm, op.name, notes, {c: COLLECTIVE_PEERS[c] for c in compare},
                         extra=[("Bound(us)", 12, ".1f", "bound_us"), ("%Bound", 8, ".0f", "pct_of_bound")])
     failures, cache = 0, {}
