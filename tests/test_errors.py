@@ -1,5 +1,6 @@
 """Every documented error, with its class and a message naming the argument and the value
 (one process: the rejection handshake with other ranks is tested in tests/mpi)."""
+import os
 import subprocess
 import sys
 
@@ -53,6 +54,32 @@ def test_config_checks_values():
         assert mpicomp.config.min_bytes == 123
     finally:
         mpicomp.config.min_bytes = before
+
+
+def test_node_settings_check_values():
+    with pytest.raises(mpicomp.ArgumentError, match="hierarchy must be one of 'auto', 'flat', got 'tree'"):
+        mpicomp.config.hierarchy = "tree"
+    with pytest.raises(mpicomp.ArgumentError, match=r"ranks_per_node must be an integer in \[0"):
+        mpicomp.config.ranks_per_node = -2
+    assert mpicomp.config.hierarchy == "auto" and mpicomp.config.ranks_per_node == 0
+    mpicomp.config.hierarchy = "flat"
+    try:
+        assert mpicomp.config.hierarchy == "flat"
+    finally:
+        mpicomp.config.hierarchy = "auto"
+
+
+@pytest.mark.parametrize("var,value,needle", [("MPICOMP_HIERARCHY", "tree", "hierarchy must be one of"),
+                                              ("MPICOMP_RANKS_PER_NODE", "two", "MPICOMP_RANKS_PER_NODE must be an integer")])
+def test_node_settings_from_the_environment_are_checked(var, value, needle):
+    r = subprocess.run([sys.executable, "-c", "import mpicomp"], capture_output=True, text=True,
+                       env={**os.environ, var: value})
+    assert r.returncode != 0 and needle in r.stderr, r.stderr[-2000:]
+
+
+def test_one_rank_is_one_node():
+    lay = mpicomp.node_layout(MPI.COMM_SELF)
+    assert lay.node_of == (0,) and lay.nodes == 1 and lay.sizes == (1,) and lay.lanes == 1
 
 
 def test_comm_still_usable_after_errors():

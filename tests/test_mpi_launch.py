@@ -1,6 +1,6 @@
 """The multi-rank tests (tests/mpi, tests/torch/mpi, tests/optim/mpi) under a real mpiexec with
 2 and 3 ranks, and the core's (tests/mpi), the torch layer's (the "mpicomp" backend against
-gloo) and the optimizers' (uneven shards) with 4 too,
+gloo) and the optimizers' (uneven shards) with 4 too, the two-level collectives' at 6 (3 nodes of 2, 2 of 3),
 each with a timeout so that a hang fails instead of blocking. Three ranks take the agreement's
 odd-count path, four its power-of-two rounds."""
 import os
@@ -16,9 +16,22 @@ MPIEXEC = str(Path(sys.executable).parent / "mpiexec")
 
 @pytest.mark.parametrize("n,suite", [(2, "mpi"), (3, "mpi"), (4, "mpi"),
                                      (2, "torch/mpi"), (3, "torch/mpi"), (4, "torch/mpi"),
-                                     (2, "optim/mpi"), (3, "optim/mpi"), (4, "optim/mpi")])
+                                     (2, "optim/mpi"), (3, "optim/mpi"), (4, "optim/mpi"),
+                                     (6, "mpi/test_nodes.py")])
 def test_under_mpiexec(n, suite):
     cmd = [MPIEXEC, "-n", str(n), sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
            "--timeout=240", "--timeout-method=thread", str(HERE / suite)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=os.environ.copy())
     assert r.returncode == 0, f"mpiexec -n {n} {suite} failed:\n{r.stdout[-6000:]}\n{r.stderr[-6000:]}"
+
+
+def test_cluster_recipe_shows_the_layout():
+    """docs/cluster.md's command that shows the node layout, as written there."""
+    code = "import mpicomp, numpy as np; print(mpicomp.node_layout(mpicomp.MPI.COMM_WORLD))"
+    env = {**os.environ, "MPICOMP_VERBOSE": "1", "MPICOMP_RANKS_PER_NODE": "2"}
+    r = subprocess.run([MPIEXEC, "-n", "4", sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "mpicomp: 4 ranks on 2 nodes: 2+2 ranks (ranks_per_node = 2; two-level collectives apply)" in r.stderr
+    assert r.stdout.count("node_of=(0, 0, 1, 1)") == 4
+    assert code in (HERE.parent / "docs" / "cluster.md").read_text().replace(" \\\n  ", " ")

@@ -40,6 +40,21 @@ def test_c_program_results_within_codec_bounds(program, n, codec):
     assert r.returncode == 0 and f"{codec}: 0 failed checks" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
 
 
+@pytest.mark.parametrize("rpn", ["2", "3"])  # 4 ranks as 2 nodes of 2, and as 3 + 1
+@pytest.mark.parametrize("codec", ["int8", "sign", "lossless"])
+def test_c_program_on_emulated_nodes(program, rpn, codec):
+    """MPICOMP_RANKS_PER_NODE makes the interposer's allreduces two-level: results within the
+    codec's bounds, and the table at MPI_Finalize says which algorithm ran."""
+    r = mpiexec(4, program, codec, MPICOMP_CODEC=codec, MPICOMP_RANKS_PER_NODE=rpn, MPICOMP_STATS="1")
+    assert r.returncode == 0 and f"{codec}: 0 failed checks" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
+    line = next(ln for ln in r.stdout.splitlines() if ln.split()[:1] == ["allreduce"])
+    assert "two_level=" in line.split()[-1], line
+    r = mpiexec(4, program, codec, MPICOMP_CODEC=codec, MPICOMP_RANKS_PER_NODE=rpn, MPICOMP_STATS="1",
+                MPICOMP_HIERARCHY="flat")
+    line = next(ln for ln in r.stdout.splitlines() if ln.split()[:1] == ["allreduce"])
+    assert r.returncode == 0 and "two_level" not in line and "flat=" in line, line
+
+
 def test_check_program_detects_a_looser_codec(program):
     # The same program, told to expect exact results while int8 is on, must fail.
     r = mpiexec(2, program, "none", MPICOMP_CODEC="int8")
@@ -125,7 +140,8 @@ def test_the_old_compress_local_variable_is_refused(program):
                                        ("MPICOMP_SEGMENT_BYTES", "0"), ("MPICOMP_SEGMENT_BYTES", "99999999999"),
                                        ("MPICOMP_STATS", "yes"), ("MPICOMP_CODEC_THREADS", "2000"),
                                        ("MPICOMP_SKIP_LOCAL", "true"), ("MPICOMP_DTYPES", "float,int"),
-                                       ("MPICOMP_CODEC", "blosc:cname=snappy"), ("MPICOMP_CODEC", "lossless:clevel=12")])
+                                       ("MPICOMP_CODEC", "blosc:cname=snappy"), ("MPICOMP_CODEC", "lossless:clevel=12"),
+                                       ("MPICOMP_HIERARCHY", "tree"), ("MPICOMP_RANKS_PER_NODE", "-1")])
 def test_invalid_setting_aborts_naming_the_variable(program, var, value):
     r = mpiexec(2, program, "off", timeout=60, **{var: value})
     assert r.returncode != 0

@@ -14,6 +14,7 @@
 #include "../coll/scratch.h"
 #include "../coll/stages.h"
 #include "../coll/stats.h"
+#include "../coll/topology.h"
 #include "../core/errors.h"
 #include "args.h"
 #include "comm.h"
@@ -296,11 +297,23 @@ PYBIND11_MODULE(_core, m) {
   m.def("get_config", [] {
     Config c = config();
     return py::make_tuple(c.min_bytes, c.eager_bytes, c.segment_bytes, size_t(c.skip_local), size_t(c.verbose),
-                          c.timeout_s, c.cache_bytes);
+                          c.timeout_s, c.cache_bytes, size_t(c.hierarchy), c.ranks_per_node);
   });
   m.def("set_config", [](size_t min_bytes, size_t eager_bytes, size_t segment_bytes, size_t skip_local,
-                         size_t verbose, double timeout_s, size_t cache_bytes) {
-    set_config(Config{min_bytes, eager_bytes, segment_bytes, skip_local != 0, verbose != 0, timeout_s, cache_bytes});
+                         size_t verbose, double timeout_s, size_t cache_bytes, size_t hierarchy, size_t ranks_per_node) {
+    set_config(Config{min_bytes, eager_bytes, segment_bytes, skip_local != 0, verbose != 0, timeout_s, cache_bytes,
+                      Hierarchy(hierarchy), ranks_per_node});
+  });
+  // A communicator's nodes (topology.h): collective on its first use, as any mpicomp call.
+  m.def("node_layout", [](py::handle comm) {
+    MPI_Comm c = comm_of(comm);
+    NodeLayout L;
+    {
+      py::gil_scoped_release nogil;
+      CallScope scope(config(), c);
+      L = node_layout(c);
+    }
+    return py::make_tuple(L.node_of, L.node, L.local, L.lanes, L.ranks_per_node);
   });
   m.def("segment_elements", [](int codec, uint32_t block, int dtype, size_t segment_bytes) {
     return segment_elems(Spec{CodecId(codec), block}, DType(dtype), segment_bytes);
@@ -319,11 +332,17 @@ PYBIND11_MODULE(_core, m) {
       py::dict skipped;
       for (int k = 0; k < kSkips; ++k)
         if (c.skipped[k] > 0) skipped[skip_name(Skip(k))] = static_cast<long long>(c.skipped[k]);
+      py::dict algorithms;
+      for (int k = 0; k < kAlgos; ++k)
+        if (c.algorithm[k] > 0) algorithms[algo_name(Algo(k))] = static_cast<long long>(c.algorithm[k]);
       out[coll_name(Coll(i))] = py::dict(py::arg("calls") = static_cast<long long>(c.calls),
                                          py::arg("compressed") = static_cast<long long>(c.compressed),
                                          py::arg("bytes_in") = static_cast<long long>(c.bytes_in),
                                          py::arg("bytes_wire") = static_cast<long long>(c.bytes_wire),
                                          py::arg("bytes_plain") = static_cast<long long>(c.bytes_plain),
+                                         py::arg("bytes_inter") = static_cast<long long>(c.bytes_inter),
+                                         py::arg("bytes_intra") = static_cast<long long>(c.bytes_intra),
+                                         py::arg("algorithms") = algorithms,
                                          py::arg("seconds") = c.seconds, py::arg("skipped") = skipped);
     }
     return out;

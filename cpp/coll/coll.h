@@ -40,7 +40,7 @@ void collective(Coll coll, MPI_Comm comm, const void* x, void* y, const CollArgs
 // Point to point on the caller's communicator and tag; count elements.
 void send(MPI_Comm comm, const void* x, int dest, int tag, const CollArgs& a);
 void recv(MPI_Comm comm, void* y, int source, int tag, const CollArgs& a);
-// True when every rank of comm shares this node's memory (locality.cpp). Collective on the
+// True when every rank of comm shares this node's memory (topology.h). Collective on the
 // first call for a communicator, cached after.
 bool node_local(MPI_Comm comm);
 // This rank found its own arguments invalid: takes part in the agreement so that every

@@ -12,6 +12,7 @@
 #include "mpi_count.h"
 #include "scratch.h"
 #include "stages.h"
+#include "algorithms.h"
 #include "stats.h"
 
 namespace mpicomp {
@@ -49,12 +50,14 @@ Signature signature(Coll coll, const CollArgs& a, const CommInfo& ci, const Conf
   // `wire` and `eager`, the segment size here (ranks whose environments differ would post
   // messages of different sizes: truncation on one rank, a hang on another).
   s.segment = s.wire == CodecId::none ? 0 : cfg.segment_bytes;
+  s.flat = cfg.hierarchy == Hierarchy::flat;
   return s;
 }
 
 thread_local bool t_inner = false;  // inside via_host: the outer call is the one counted
 
-// Counts one call in the statistics when it returns (not when it fails).
+// Counts one call in the statistics when it returns (not when it fails), under the algorithm
+// the call set.
 class Recorder {
  public:
   Recorder(Coll coll, const CommInfo& ci, size_t bytes_in, std::optional<Skip> skip)
@@ -62,11 +65,12 @@ class Recorder {
     take_sent_bytes();
   }
   ~Recorder() {
-    size_t sent = take_sent_bytes();
+    Sent sent = take_sent_bytes();
     if (t_inner || std::uncaught_exceptions()) return;
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
-    stats_record(coll_, size_, bytes_in_, sent, dt, skip_ ? &*skip_ : nullptr);
+    stats_record(coll_, size_, bytes_in_, sent, algo, dt, skip_ ? &*skip_ : nullptr);
   }
+  Algo algo = Algo::mpi;
 
  private:
   Coll coll_;
@@ -75,14 +79,6 @@ class Recorder {
   std::optional<Skip> skip_;
   std::chrono::steady_clock::time_point t0_;
 };
-
-// The 16-bit float codec that carries a reduced float32 part exactly as the output stores it.
-Spec output_spec(Spec wire, DType t) {
-  if (wire.id != CodecId::none) return wire;
-  if (t == DType::f16) return Spec{CodecId::fp16, 0};
-  if (t == DType::bf16) return Spec{CodecId::bf16, 0};
-  return wire;
-}
 
 // The mean from the sum, for results the MPI library (or the eager exchange) summed.
 void divide(void* y, DType t, size_t n, int size) {
@@ -147,6 +143,37 @@ void eager_sum(MPI_Comm comm, const Signature& sig, Engine& e, Payload::Kind kin
 
 }  // namespace
 
+void flat_allreduce(MPI_Comm comm, const CommInfo& ci, Engine& e, const Tiling& T, const void* x, void* y, size_t count,
+                    float* res, float scale, FrameDamage& damage) {
+  // The buffer is reduced a tile at a time, a tile being one segment per rank: each rank's
+  // float32 accumulator and wire buffers then stay in its core's cache from the load to the
+  // allgather's encoding, where whole-buffer stages took each pass through main memory (on
+  // a 10 Gbit/s link, 16 MiB int4: 3.5 ms instead of 5.3; docs/measurements.md). Tile k+1's
+  // reduce-scatter starts while tile k's allgather is on the wire (its accumulator k % 2,
+  // wire slots 2 and 3), so that neither the link nor the core waits for the other.
+  const size_t tile = T.seg * size_t(ci.size), dts = dtype_size(T.dtype);
+  Layout L;
+  float* acc = nullptr;
+  std::optional<ReduceScatterStage> rs;
+  auto start_tile = [&](size_t first, size_t k) {
+    L = balanced_layout(ci.size, std::min(tile, count - first), T.granule, T.seg);
+    acc = e.scratch_f32(int(k % 2), L.len(ci.rank));
+    rs.emplace(comm, ci, e, T.wire, T.dtype, L, static_cast<const char*>(x) + first * dts, res ? res + first : nullptr,
+               acc, damage, 2);
+  };
+  start_tile(0, 0);
+  for (size_t first = 0, k = 0; first < count; first += tile, ++k) {
+    rs->finish();
+    char* yt = static_cast<char*>(y) + first * dts;
+    ReducedPart part = reduced_part(e, T.wire, T.dtype, acc, L.len(ci.rank),
+                                    res ? res + first + L.off[ci.rank] : nullptr, yt + L.off[ci.rank] * dts, scale);
+    AllgatherStage ag(comm, ci, e, part.out, part.st, L, part.src, part.res, T.dtype, yt, part.scale, T.stream, damage);
+    rs.reset();
+    if (first + tile < count) start_tile(first + tile, k + 1);
+    ag.finish();
+  }
+}
+
 Config config() {
   std::lock_guard<std::mutex> g(g_config_mutex);
   return g_config;
@@ -186,63 +213,35 @@ void allreduce(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   sig.eager = rides_agreement(sig, cfg, bytes <= cfg.eager_bytes, ci.size == 2 && mt != MPI_DATATYPE_NULL);
   if (a.engine && sig.wire == CodecId::none && (sig.eager || mt != MPI_DATATYPE_NULL))
     return via_host(Coll::allreduce, comm, x, bytes, y, bytes, a);
+  rec.algo = sig.eager ? Algo::eager : Algo::mpi;
   if (sig.eager) return eager_sum(comm, sig, e, Payload::sum, a.dtype, x, a.count, 0, a.count, a.avg, ci.size, y);
 
   agree(comm, sig);
   if (a.count == 0) return;
-  if (sig.wire == CodecId::none && mt != MPI_DATATYPE_NULL) {
+  const NodeLayout& nodes = node_layout(comm);
+  const bool two_level = !sig.flat && nodes.hierarchical();
+  // Uncompressed sums are the MPI library's, whose own allreduce is node-aware, except for
+  // float32 on nodes that only config.ranks_per_node knows of (MPI does not): there the
+  // two-level path sends what a node-aware MPI would.
+  if (sig.wire == CodecId::none && mt != MPI_DATATYPE_NULL &&
+      !(two_level && nodes.ranks_per_node && a.dtype == DType::f32)) {
     mpic::allreduce(x == y ? MPI_IN_PLACE : x, y, a.count, mt, MPI_SUM, comm);
     if (a.avg) divide(y, a.dtype, a.count, ci.size);
     return;
   }
   Spec wire{sig.wire, a.spec.block};
-  size_t granule = is_blockwise(wire.id) ? wire.block : kLanes;
+  Tiling T{wire, a.dtype, segment_elems(wire, a.dtype, cfg.segment_bytes),
+           segment_elems(Spec{}, a.dtype, cfg.segment_bytes), is_blockwise(wire.id) ? wire.block : kLanes,
+           a.count * dtype_size(a.dtype) >= kStreamBytes};
   float* res = wire.id == CodecId::none ? nullptr : a.residual;
   FrameDamage damage;
-  // The buffer is reduced a tile at a time, a tile being one segment per rank: each rank's
-  // float32 accumulator and wire buffers then stay in its core's cache from the load to the
-  // allgather's encoding, where whole-buffer stages took each pass through main memory (on
-  // a 10 Gbit/s link, 16 MiB int4: 3.5 ms instead of 5.3; docs/measurements.md). Tile k+1's
-  // reduce-scatter starts while tile k's allgather is on the wire (its accumulator k % 2,
-  // wire slots 2 and 3), so that neither the link nor the core waits for the other.
-  const size_t seg = segment_elems(wire, a.dtype, cfg.segment_bytes), tile = seg * size_t(ci.size);
-  const size_t dts = dtype_size(a.dtype);
-  const bool stream = a.count * dts >= kStreamBytes;
-  Layout L;
-  float* acc = nullptr;
-  std::optional<ReduceScatterStage> rs;
-  auto start_tile = [&](size_t first, size_t k) {
-    L = balanced_layout(ci.size, std::min(tile, a.count - first), granule, seg);
-    acc = e.scratch_f32(int(k % 2), L.len(ci.rank));
-    rs.emplace(comm, ci, e, wire, a.dtype, L, static_cast<const char*>(x) + first * dts, res ? res + first : nullptr,
-               acc, damage, 2);
-  };
-  start_tile(0, 0);
-  for (size_t first = 0, k = 0; first < a.count; first += tile, ++k) {
-    rs->finish();
-    char* yt = static_cast<char*>(y) + first * dts;
-    // The allgather sends the float32 sums (their residual: error feedback of the own part),
-    // or for a lossless codec the output's own part: a frame restores the bytes it was given,
-    // so the reduced part is stored as the output first and gathered as it is.
-    Spec out = output_spec(wire, a.dtype);
-    DType st = DType::f32;
-    const void* src = acc;
-    float* src_res = res ? res + first + L.off[ci.rank] : nullptr;
-    float out_scale = scale;
-    if (is_lossless(wire.id)) {
-      char* mine = yt + L.off[ci.rank] * dts;
-      e.store(acc, L.len(ci.rank), scale, a.dtype, mine);
-      st = a.dtype, src = mine, src_res = nullptr, out_scale = 1.f;
-    } else if (out.id != wire.id && scale != 1.f) {
-      // Uncompressed 16-bit data: divide before the one rounding to the output dtype, or an
-      // average is rounded twice (the sum to fp16/bf16, then the quotient).
-      e.store(acc, L.len(ci.rank), scale, DType::f32, acc);
-      out_scale = 1.f;
-    }
-    AllgatherStage ag(comm, ci, e, out, st, L, src, src_res, a.dtype, yt, out_scale, stream, damage);
-    rs.reset();
-    if (first + tile < a.count) start_tile(first + tile, k + 1);
-    ag.finish();
+  if (two_level) {
+    rec.algo = Algo::two_level;
+    two_level_allreduce(nodes, e, T, x, y, a.count, res, scale, damage);
+  } else {
+    rec.algo = Algo::flat;
+    Links links(nodes);
+    flat_allreduce(comm, ci, e, T, x, y, a.count, res, scale, damage);
   }
   if (is_lossless(wire.id)) check_frames(comm, ci, damage);
 }
@@ -265,6 +264,7 @@ void reduce_scatter(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
                               ci.size == 2 && mt != MPI_DATATYPE_NULL);
   if (a.engine && sig.wire == CodecId::none && (sig.eager || mt != MPI_DATATYPE_NULL))
     return via_host(Coll::reduce_scatter, comm, x, total * dtype_size(a.dtype), y, a.count * dtype_size(a.dtype), a);
+  rec.algo = sig.eager ? Algo::eager : Algo::mpi;
   if (sig.eager)
     return eager_sum(comm, sig, e, Payload::halve, a.dtype, x, total, a.count * ci.rank, a.count, a.avg, ci.size, y);
   agree(comm, sig);
@@ -300,6 +300,7 @@ void allgather(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   const size_t block = a.count * dtype_size(a.dtype);
   sig.eager = rides_agreement(sig, cfg, block * ci.size <= cfg.eager_bytes, ci.size == 2);
   if (a.engine && sig.wire == CodecId::none) return via_host(Coll::allgather, comm, x, block, y, block * ci.size, a);
+  rec.algo = sig.eager ? Algo::eager : Algo::mpi;
   if (sig.eager) return eager_collective(comm, sig, Payload{Payload::gather, x, y, block});
   agree(comm, sig);
   if (a.count == 0) return;

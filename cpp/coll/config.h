@@ -2,8 +2,12 @@
 // interposer, from environment variables; read once at the start of every call.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 
 namespace mpicomp {
+
+// Whether a collective on ranks spread over several nodes runs in two levels (topology.h).
+enum class Hierarchy : uint8_t { automatic = 0, flat = 1 };
 
 struct Config {
   // Messages smaller than this (bytes of input) are sent uncompressed: they are latency
@@ -32,6 +36,15 @@ struct Config {
   // call. Large enough for a torch DDP bucket's buffers (25 MiB of float32) many times over, so
   // a training loop allocates nothing. Does not shape the wire.
   size_t cache_bytes = size_t(128) << 20;
+  // automatic: on communicators spanning more than one node with more than one rank on some
+  // node, allreduce, reduce_scatter and allgather run in two levels: exact inside each node,
+  // compressed between nodes, so that each byte crosses a node's network card once. flat:
+  // every rank exchanges with every other, as on nodes of one rank. Shapes the wire (agreed).
+  Hierarchy hierarchy = Hierarchy::automatic;
+  // 0: nodes are what MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) says. K: ranks r of
+  // MPI_COMM_WORLD with the same r / K form a node (emulated nodes, block placement). Read
+  // when a communicator is first used: its layout is fixed from then on (topology.h).
+  size_t ranks_per_node = 0;
 };
 
 Config config();

@@ -253,6 +253,7 @@ std::string describe(const Signature& s) {
   if (s.wire != s.codec) d += " sent as " + std::string(codec_name(s.wire));
   if (s.segment) d += " in segments of " + std::to_string(s.segment) + " bytes";
   if (s.coll == Coll::allreduce || s.coll == Coll::reduce_scatter) d += s.avg ? ", op avg" : ", op sum";
+  if (s.flat) d += ", hierarchy flat";
   return d;
 }
 

@@ -151,7 +151,7 @@ void send(MPI_Comm comm, const void* x, int dest, int tag, const CollArgs& a) {
   size_t sent = 0;
   auto record = [&] {
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    stats_record(Coll::send, 2, a.count * dtype_size(a.dtype), sent, dt, skip ? &*skip : nullptr);
+    stats_record(Coll::send, 2, a.count * dtype_size(a.dtype), Sent{sent}, Algo::flat, dt, skip ? &*skip : nullptr);
   };
   mpi_check(PMPI_Comm_rank(comm, &h.rank), "MPI_Comm_rank");
   Spec wire{h.sig.wire, a.spec.block};

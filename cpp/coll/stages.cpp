@@ -17,10 +17,12 @@ const T* at(const void* p, size_t bytes) { return reinterpret_cast<const T*>(sta
 template <class T>
 T* at(void* p, size_t bytes) { return reinterpret_cast<T*>(static_cast<char*>(p) + bytes); }
 
-thread_local size_t t_sent = 0;
+thread_local Sent t_sent;
+thread_local const Links* t_links = nullptr;
 
 void isend(const void* buf, size_t bytes, int peer, int tag, MPI_Comm c, std::vector<MPI_Request>& reqs) {
-  t_sent += bytes;
+  t_sent.bytes += bytes;
+  if (t_links) (t_links->between(peer) ? t_sent.inter : t_sent.intra) += bytes;
   reqs.emplace_back();
   mpic::isend_bytes(buf, bytes, peer, tag, c, &reqs.back());
 }
@@ -31,11 +33,15 @@ void waitall(std::vector<MPI_Request>& reqs) { wait_all(int(reqs.size()), reqs.d
 
 }  // namespace
 
-size_t take_sent_bytes() {
-  size_t b = t_sent;
-  t_sent = 0;
+Sent take_sent_bytes() {
+  Sent b = t_sent;
+  t_sent = Sent{};
   return b;
 }
+
+Links::Links(const NodeLayout& layout) : layout_(&layout), outer_(t_links) { t_links = this; }
+Links::Links(bool between_nodes) : between_(between_nodes), outer_(t_links) { t_links = this; }
+Links::~Links() { t_links = outer_; }
 
 Layout equal_layout(int size, size_t k, size_t seg) {
   Layout L{std::vector<size_t>(size + 1), std::max<size_t>(seg, 1)};
@@ -61,6 +67,22 @@ size_t segment_elems(Spec s, DType t, size_t segment_bytes) {
   // docs/measurements.md). int8, int4 and the 16-bit codecs keep segment_bytes.
   size_t min_wire = segment_bytes / kWireFraction, per_g = encoded_bytes(s, t, g);
   return std::max(n, (min_wire + per_g - 1) / per_g * g);
+}
+
+ReducedPart reduced_part(Engine& e, Spec wire, DType t, float* acc, size_t len, float* res, void* mine, float scale) {
+  ReducedPart p{wire, DType::f32, acc, res, scale};
+  if (wire.id == CodecId::none && t == DType::f16) p.out = Spec{CodecId::fp16, 0};
+  if (wire.id == CodecId::none && t == DType::bf16) p.out = Spec{CodecId::bf16, 0};
+  if (is_lossless(wire.id)) {
+    e.store(acc, len, scale, t, mine);
+    p.st = t, p.src = mine, p.res = nullptr, p.scale = 1.f;
+  } else if (p.out.id != wire.id && scale != 1.f) {
+    // Divide before the one rounding to the output dtype, or an average is rounded twice
+    // (the sum to fp16/bf16, then the quotient).
+    e.store(acc, len, scale, DType::f32, acc);
+    p.scale = 1.f;
+  }
+  return p;
 }
 
 void check_frames(MPI_Comm c, const CommInfo& ci, const FrameDamage& d) {
@@ -90,9 +112,10 @@ ReduceScatterStage::ReduceScatterStage(MPI_Comm c, const CommInfo& ci, Engine& e
             encoded_bytes(s, t, seg_len(my_len_, L.seg, k)), (r - d + p) % p, kTagRS, c, &rreq_[k * (p - 1) + d - 1]);
 
   // float32 input without a residual is not copied into acc first: the first peer's decode
-  // adds its part onto x's (x + decoded, the same sum in one pass less).
+  // adds its part onto x's (x + decoded, the same sum in one pass less). Alone (a node of one
+  // rank in a two-level call) there is no peer to do it.
   const char* mine = at<char>(x, L.off[r] * dts);
-  own_ = t == DType::f32 && !res ? reinterpret_cast<const float*>(mine) : nullptr;
+  own_ = t == DType::f32 && !res && p > 1 ? reinterpret_cast<const float*>(mine) : nullptr;
   if (!own_) e.load(t, mine, my_len_, res ? res + L.off[r] : nullptr, acc);
 
   size_t send_bytes = 0;

@@ -15,6 +15,8 @@
 #include "deadline.h"
 #include "engine.h"
 #include "mpi_util.h"
+#include "stats.h"
+#include "topology.h"
 
 namespace mpicomp {
 
@@ -47,8 +49,27 @@ inline size_t part_bytes(Spec s, DType t, size_t len, size_t seg) {
 }
 
 // Bytes this thread's stages have sent since the last call (what the wire carried, a
-// lossless frame's own size included), for the interposer's statistics.
-size_t take_sent_bytes();
+// lossless frame's own size included), for the statistics; split by node where a Links
+// scope said where the peers are.
+Sent take_sent_bytes();
+
+// While one is alive, this thread's stages count what they send to a peer as crossing
+// between nodes or not: by the peer's node in `layout` (stages on the communicator the
+// layout describes), or all of it one way (stages on a layout's intra or inter communicator).
+class Links {
+ public:
+  explicit Links(const NodeLayout& layout);
+  explicit Links(bool between_nodes);
+  ~Links();
+  Links(const Links&) = delete;
+  Links& operator=(const Links&) = delete;
+  bool between(int peer) const { return layout_ ? layout_->node_of[peer] != layout_->node : between_; }
+
+ private:
+  const NodeLayout* layout_ = nullptr;
+  bool between_ = false;
+  const Links* outer_;
+};
 
 // The first corrupt frame a stage received (lossless codecs, whose decoders check their
 // frames). The stage goes on without it, so every rank still sends and receives all of the
@@ -140,5 +161,20 @@ class AllgatherStage {
   std::vector<MPI_Request> rreq_, sreq_;
   Posted posted_r_{rreq_}, posted_s_{sreq_};
 };
+
+// What an allreduce's allgather stage sends of a part it reduced: acc holds the part's float32
+// sums (len elements, residual res), `mine` is the part's place in the output (dtype t). The
+// allgather sends the float32 sums (their residual: error feedback of the own part), or for
+// a lossless codec the output's own part: a frame restores the bytes it was given, so the
+// reduced part is stored as the output first and gathered as it is. Uncompressed 16-bit
+// output travels as the 16-bit codec of its dtype, which carries it exactly.
+struct ReducedPart {
+  Spec out;
+  DType st;
+  const void* src;
+  float* res;
+  float scale;
+};
+ReducedPart reduced_part(Engine& e, Spec wire, DType t, float* acc, size_t len, float* res, void* mine, float scale);
 
 }  // namespace mpicomp

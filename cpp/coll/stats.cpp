@@ -38,6 +38,11 @@ const char* skip_name(Skip s) {
   return int(s) < kSkips ? names[int(s)] : "?";
 }
 
+const char* algo_name(Algo a) {
+  static const char* names[kAlgos] = {"eager", "mpi", "flat", "two_level"};
+  return int(a) < kAlgos ? names[int(a)] : "?";
+}
+
 size_t uncompressed_wire_bytes(Coll coll, int size, size_t bytes_in) {
   if (size <= 1) return 0;
   const size_t p = size_t(size);
@@ -49,13 +54,16 @@ size_t uncompressed_wire_bytes(Coll coll, int size, size_t bytes_in) {
   }
 }
 
-void stats_record(Coll coll, int size, size_t bytes_in, size_t wire_bytes, double seconds, const Skip* skip) {
+void stats_record(Coll coll, int size, size_t bytes_in, Sent sent, Algo algo, double seconds, const Skip* skip) {
   {
     std::lock_guard<std::mutex> g(g_mutex);
     CollStats& c = g_stats.coll[int(coll)];
     c.calls += 1;
     c.bytes_in += double(bytes_in);
     c.seconds += seconds;
+    c.algorithm[int(algo)] += 1;
+    c.bytes_inter += double(sent.inter);
+    c.bytes_intra += double(sent.intra);
     const double plain = double(uncompressed_wire_bytes(coll, size, bytes_in));
     c.bytes_plain += plain;
     if (skip) {
@@ -63,7 +71,7 @@ void stats_record(Coll coll, int size, size_t bytes_in, size_t wire_bytes, doubl
       c.bytes_wire += plain;
     } else {
       c.compressed += 1;
-      c.bytes_wire += double(wire_bytes);
+      c.bytes_wire += double(sent.bytes);
     }
   }
   if (skip && *skip != Skip::codec_none) notice_skip(coll, *skip, bytes_in);
@@ -82,8 +90,9 @@ void stats_reset() {
 std::string stats_table(const Stats& s, const std::string& title) {
   std::string out = "# " + title + "\n";
   char line[512];
-  std::snprintf(line, sizeof line, "# %-15s %9s %11s %14s %14s %7s %10s  %s\n", "collective", "calls", "compressed",
-                "bytes in", "bytes wire", "saved", "time (s)", "uncompressed calls: reason=count");
+  std::snprintf(line, sizeof line, "# %-15s %9s %11s %14s %14s %7s %10s  %-34s %s\n", "collective", "calls",
+                "compressed", "bytes in", "bytes wire", "saved", "time (s)", "uncompressed calls: reason=count",
+                "algorithm=calls");
   out += line;
   for (int i = 1; i < kStatColls; ++i) {
     const CollStats& c = s.coll[i];
@@ -92,10 +101,14 @@ std::string stats_table(const Stats& s, const std::string& title) {
     for (int k = 0; k < kSkips; ++k)
       if (c.skipped[k] > 0) reasons += std::string(reasons.empty() ? "" : ",") + skip_name(Skip(k)) + "=" +
                                        std::to_string(static_cast<long long>(c.skipped[k]));
+    std::string algos;
+    for (int k = 0; k < kAlgos; ++k)
+      if (c.algorithm[k] > 0) algos += std::string(algos.empty() ? "" : ",") + algo_name(Algo(k)) + "=" +
+                                       std::to_string(static_cast<long long>(c.algorithm[k]));
     double ratio = c.bytes_wire > 0 ? c.bytes_plain / c.bytes_wire : 1;
-    std::snprintf(line, sizeof line, "  %-15s %9.0f %11.0f %14.0f %14.0f %6.2fx %10.3f  %s\n", coll_name(Coll(i)),
+    std::snprintf(line, sizeof line, "  %-15s %9.0f %11.0f %14.0f %14.0f %6.2fx %10.3f  %-34s %s\n", coll_name(Coll(i)),
                   c.calls, c.compressed, c.bytes_in, c.bytes_wire, ratio, c.seconds,
-                  reasons.empty() ? "-" : reasons.c_str());
+                  reasons.empty() ? "-" : reasons.c_str(), algos.c_str());
     out += line;
   }
   return out;

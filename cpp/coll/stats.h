@@ -30,6 +30,13 @@ enum class Skip : uint8_t {
 constexpr int kSkips = int(Skip::count_);
 const char* skip_name(Skip s);
 
+// How a call moved its data: inside the agreement's own messages (eager), by the MPI
+// library's collective (mpi), mpicomp's stages among all ranks (flat), or in two levels,
+// exact inside each node and compressed between nodes (two_level; topology.h).
+enum class Algo : uint8_t { eager, mpi, flat, two_level, count_ };
+constexpr int kAlgos = int(Algo::count_);
+const char* algo_name(Algo a);
+
 // Index 0 is unused; 1..4 are the Coll values (send counts send/recv).
 constexpr int kStatColls = 5;
 
@@ -39,18 +46,28 @@ struct CollStats {
   double bytes_wire = 0;  // payload bytes this rank sent (see stats_record)
   double bytes_plain = 0; // what the same calls send uncompressed: bytes_plain / bytes_wire is
                           // the saving on the wire
+  double bytes_inter = 0; // of bytes_wire, what mpicomp's own messages carried to other nodes
+  double bytes_intra = 0; // ... and to ranks on this rank's node (MPI's own collectives: neither)
   double seconds = 0;     // inside the collective, this rank
   double skipped[kSkips] = {};
+  double algorithm[kAlgos] = {};  // calls per Algo
 };
 
 struct Stats {
   CollStats coll[kStatColls];
 };
 
-// A call of `coll` on `size` ranks with `bytes_in` input bytes. wire_bytes: the bytes this rank
-// sent for a compressed call; an uncompressed one (skip set) counts what the bandwidth-optimal
+// Bytes mpicomp's own messages carried, and of them those that left this rank's node
+// (inter) and those that did not (intra), where the collective knew its communicator's
+// layout (send/recv does not ask: that would be a collective).
+struct Sent {
+  size_t bytes = 0, inter = 0, intra = 0;
+};
+
+// A call of `coll` on `size` ranks with `bytes_in` input bytes, moved by `algo`. sent: the
+// bytes this rank's own messages carried; bytes_wire counts them for a compressed call; an uncompressed one (skip set) counts what the bandwidth-optimal
 // algorithm sends (uncompressed_wire_bytes), whatever path MPI took.
-void stats_record(Coll coll, int size, size_t bytes_in, size_t wire_bytes, double seconds, const Skip* skip);
+void stats_record(Coll coll, int size, size_t bytes_in, Sent sent, Algo algo, double seconds, const Skip* skip);
 // The bytes an uncompressed call of `coll` sends per rank: (size - 1) / size of the data per
 // stage (two stages for allreduce, one for reduce_scatter; allgather's data is size parts).
 size_t uncompressed_wire_bytes(Coll coll, int size, size_t bytes_in);

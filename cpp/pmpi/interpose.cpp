@@ -136,7 +136,7 @@ int passthrough(Coll coll, Skip why, MPI_Comm comm, double in_bytes, F&& call) {
   auto t0 = std::chrono::steady_clock::now();
   int rc = call();
   double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  stats_record(coll, why == Skip::intercomm ? 1 : comm_size(comm), size_t(in_bytes), 0, dt, &why);
+  stats_record(coll, why == Skip::intercomm ? 1 : comm_size(comm), size_t(in_bytes), Sent{}, Algo::mpi, dt, &why);
   return rc;
 }
 
@@ -264,7 +264,7 @@ void on_init() {
   }
   // No eager path: it only pays in thread-multiple programs, below min_bytes anyway.
   set_config(Config{g_settings.min_bytes, 0, g_settings.segment_bytes, g_settings.skip_local, g_settings.verbose,
-                    g_settings.timeout_s, g_settings.cache_bytes});
+                    g_settings.timeout_s, g_settings.cache_bytes, g_settings.hierarchy, g_settings.ranks_per_node});
   set_codec_threads(int(g_settings.codec_threads));
   g_active = true;
   announce();

@@ -135,6 +135,17 @@ bool read_flag(const char* var, bool& out, std::string& error) {
   return false;
 }
 
+bool read_hierarchy(const char* var, Hierarchy& out, std::string& error) {
+  const char* v = std::getenv(var);
+  if (!v) return true;
+  if (!std::strcmp(v, "auto") || !std::strcmp(v, "flat")) {
+    out = v[0] == 'f' ? Hierarchy::flat : Hierarchy::automatic;
+    return true;
+  }
+  error = std::string(var) + "=" + v + ": expected auto or flat";
+  return false;
+}
+
 // "float,double": a comma-separated list of kDtypeNames.
 bool read_dtypes(const char* var, unsigned& out, std::string& error) {
   const char* v = std::getenv(var);
@@ -180,6 +191,8 @@ bool read_settings(Settings& s, std::string& error) {
          read_size("MPICOMP_CACHE_BYTES", s.cache_bytes, error, 0, 1LL << 62) &&
          read_size("MPICOMP_RESIDUAL_BYTES", s.residual_bytes, error, 0, 1LL << 62) &&
          read_size("MPICOMP_CODEC_THREADS", s.codec_threads, error, 0, 1024) &&
+         read_size("MPICOMP_RANKS_PER_NODE", s.ranks_per_node, error, 0, 1 << 24) &&
+         read_hierarchy("MPICOMP_HIERARCHY", s.hierarchy, error) &&
          read_seconds("MPICOMP_TIMEOUT", s.timeout_s, error) &&
          read_flag("MPICOMP_ERROR_FEEDBACK", s.error_feedback, error) && read_flag("MPICOMP_STATS", s.stats, error) &&
          read_flag("MPICOMP_VERBOSE", s.verbose, error) && read_flag("MPICOMP_SKIP_LOCAL", s.skip_local, error) &&

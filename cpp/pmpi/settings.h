@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "../codecs/format.h"
+#include "../coll/config.h"
 #include "../coll/handshake.h"
 
 namespace mpicomp::pmpi {
@@ -21,6 +22,8 @@ struct Settings {
   double timeout_s = 0;          // Config::timeout_s: 0, no limit
   size_t cache_bytes = size_t(128) << 20;  // Config::cache_bytes
   size_t residual_bytes = size_t(1) << 30;  // error feedback's residuals (residuals.h)
+  Hierarchy hierarchy = Hierarchy::automatic;  // MPICOMP_HIERARCHY: auto or flat (config.h)
+  size_t ranks_per_node = 0;     // MPICOMP_RANKS_PER_NODE: 0, the MPI library's nodes (topology.h)
   size_t codec_threads = 0;      // codec work's threads (codecs/parallel.h); 0: the default
   // Datatypes compressed, one bit per DType: by default the ones gradients come in; doubles
   // (norms, metrics, scientific fields) stay exact unless MPICOMP_DTYPES names them.

@@ -49,6 +49,19 @@ attribute          environment variable        meaning
 ``cache_bytes``    ``MPICOMP_CACHE_BYTES``     scratch memory a thread keeps between calls;
                                                beyond it, buffers are freed after each
                                                call, largest first. Default 128 MiB.
+``hierarchy``      ``MPICOMP_HIERARCHY``       "auto": on a communicator spanning several
+                                               nodes with several ranks on some node,
+                                               allreduce runs in two levels: exact inside
+                                               each node, compressed between nodes, so each
+                                               byte crosses a node's network card once
+                                               (docs/cluster.md). "flat": every rank
+                                               exchanges with every other. Default "auto".
+``ranks_per_node`` ``MPICOMP_RANKS_PER_NODE``  0: nodes are the ranks that share memory
+                                               (MPI_Comm_split_type). K: ranks r of
+                                               COMM_WORLD with the same r // K form a node
+                                               (emulated nodes, block placement). A
+                                               communicator's layout is fixed at its first
+                                               mpicomp call. Default 0.
 ``codec_threads``  ``MPICOMP_CODEC_THREADS``   threads that share one call's encoding and
                                                decoding (every host codec; results
                                                identical whatever the count). Set 0 for the default:
@@ -72,9 +85,12 @@ from .errors import ArgumentError
 
 __all__ = ["config"]
 
-_FIELDS = ("min_bytes", "eager_bytes", "segment_bytes", "skip_local", "verbose", "timeout_s", "cache_bytes")
+_FIELDS = ("min_bytes", "eager_bytes", "segment_bytes", "skip_local", "verbose", "timeout_s", "cache_bytes",
+           "hierarchy", "ranks_per_node")
+_HIERARCHY = ("auto", "flat")  # the core's Hierarchy values, in order
 _LIMITS = {"min_bytes": (0, 1 << 62), "eager_bytes": (0, 1 << 30), "segment_bytes": (1024, 1 << 31),
-           "skip_local": (0, 1), "verbose": (0, 1), "timeout_s": (0, 1e9), "cache_bytes": (0, 1 << 62)}
+           "skip_local": (0, 1), "verbose": (0, 1), "timeout_s": (0, 1e9), "cache_bytes": (0, 1 << 62),
+           "ranks_per_node": (0, 1 << 24)}
 _SETTINGS = _FIELDS + ("codec_threads",)
 _LIMITS["codec_threads"] = (0, 1024)
 _FLAGS = ("skip_local", "verbose")
@@ -90,11 +106,18 @@ class _Config:
             return _core.codec_threads()
         if name not in _FIELDS:
             raise AttributeError(name)
-        return _core.get_config()[_FIELDS.index(name)]
+        value = _core.get_config()[_FIELDS.index(name)]
+        return _HIERARCHY[value] if name == "hierarchy" else value
 
     def __setattr__(self, name, value):
         if name not in _SETTINGS:
             raise AttributeError(f"mpicomp.config has no setting {name!r}; settings: {', '.join(_SETTINGS)}")
+        if name == "hierarchy":
+            if value not in _HIERARCHY:
+                raise ArgumentError(f"mpicomp.config.hierarchy must be one of {', '.join(map(repr, _HIERARCHY))}, "
+                                    f"got {value!r}")
+            value = _HIERARCHY.index(value)
+            return self._store(name, value)
         lo, hi = _LIMITS[name]
         if name in _FLAGS and isinstance(value, bool):
             value = int(value)
@@ -107,6 +130,10 @@ class _Config:
             raise ArgumentError(f"mpicomp.config.{name} must be an integer in [{lo}, {hi}], got {value!r}")
         if name == "codec_threads":  # the codecs' own setting (layer 1), not the collectives'
             return _core.set_codec_threads(value)
+        self._store(name, value)
+
+    @staticmethod
+    def _store(name, value):
         current = list(_core.get_config())
         current[_FIELDS.index(name)] = value
         _core.set_config(*current)
@@ -125,7 +152,8 @@ if "MPICOMP_COMPRESS_LOCAL" in os.environ:
 for _name, _env in _ENV.items():
     if _env in os.environ:
         try:
-            _value = float(os.environ[_env]) if _name in _SECONDS else int(os.environ[_env], 0)
+            _value = (float(os.environ[_env]) if _name in _SECONDS else os.environ[_env] if _name == "hierarchy"
+                      else int(os.environ[_env], 0))
         except ValueError:
             raise ArgumentError(f"{_env} must be {'a number' if _name in _SECONDS else 'an integer'}, "
                                 f"got {os.environ[_env]!r}") from None

@@ -8,14 +8,15 @@
     mpicomp-bench plot results.json [more.json ...] -o fig.png
     mpicomp-bench summary results.json [...] [--sizes 1M,64M | --crossover]
     mpicomp-bench plan --params 7G --world 1024 --ranks-per-node 8 --memory 80G --activations 20G
+    mpicomp-bench model --nodes 8,64,512 --ranks-per-node 8 --gbit 100,200,400 --codec int8,int4
 """
 import argparse
 import sys
 
 from mpi4py import MPI
 
-from . import plan
-from .options import COLLECTIVE_PEERS, PT2PT_PEERS, add_common, add_data, add_dtype, codec_list
+from . import model, plan
+from .options import COLLECTIVE_PEERS, PT2PT_PEERS, add_common, add_data, add_dtype, add_hierarchy, codec_list
 
 
 class _Parser(argparse.ArgumentParser):
@@ -38,6 +39,7 @@ def parser():
                        help="the link's rate per rank, for the Bound column (default: what bench/netem set up; "
                             "none on other links)")
         add_dtype(s, "; MPI has no 16-bit float reductions, so --compare mpi times allgather only for them")
+        add_hierarchy(s)
     s = sub.add_parser("pt2pt", help="compressed send/recv latency and bandwidth, ranks 0 and 1 (under mpiexec)")
     add_common(s, PT2PT_PEERS)
     g = sub.add_parser("plot", help="latency and speed-up plots from --json results (matplotlib)")
@@ -50,6 +52,9 @@ def parser():
                    help="instead: per codec, the size from which it beats codec none at every larger size")
     a = sub.add_parser("plan", help="AMSP's planner: the (s_p, s_g, s_os) with the least communication that fits")
     plan.add_arguments(a)
+    m = sub.add_parser("model", help="predicted allreduce time on N nodes of R ranks: MPI's, flat and two-level "
+                                     "compressed (one process)")
+    model.add_arguments(m)
     c = sub.add_parser("codecs", help="codec throughput on one core (or --threads) vs memcpy (one process)")
     c.add_argument("--codec", dest="codecs", type=codec_list, default=None, metavar="SPEC[,SPEC...]",
                    help="codecs to measure (default: every codec of this build)")
@@ -71,7 +76,9 @@ def main(argv=None):
         # A wide row is printed when its size is measured: gloo's pass comes after all sizes.
         if "mpi" not in args.compare or "gloo" in args.compare:
             p.error("--table wide shows speed-ups over the MPI library: it needs --compare mpi (and takes no gloo)")
-    if args.command in ("codecs", "pt2pt", "plot", "summary", "plan"):
+        if len(args.hierarchy or ()) > 1:
+            p.error("--table wide has a column per codec: give one --hierarchy (or use --table long)")
+    if args.command in ("codecs", "pt2pt", "plot", "summary", "plan", "model"):
         import importlib
 
         return importlib.import_module(f".{args.command}", __package__).run(args)

@@ -44,10 +44,15 @@ def seconds(c, x, repeats, dtype=None, stream=False, sync=None):
     return tuple(_best(fn, repeats, sync) for fn in kernels(c, x, dtype, stream))
 
 
+def memcpy_gbps(x, repeats):
+    """GB/s of numpy array x copied by this thread (np.copyto), best of repeats."""
+    y = np.empty_like(x)
+    return x.nbytes / _best(lambda: np.copyto(y, x), repeats) / 1e9
+
+
 def run(args):
     n, dtype = args.elements, args.dtype
     x = inputs.typed(inputs.make(args.data, n, 0), dtype)[1]  # the data's bytes (bfloat16's seen as float16)
-    y = np.empty_like(x)
     specs = args.codecs or [get_codec(s) for s in available_codecs() if s != "none"]
     specs = [c for c in specs if c.wire]  # powersgd is an allreduce, not a wire format
     records = []
@@ -65,7 +70,7 @@ def run(args):
     try:
         for target in targets:
             _core.set_cpu_target(target)
-            memcpy = x.nbytes / _best(lambda: np.copyto(y, x), args.repeats) / 1e9
+            memcpy = memcpy_gbps(x, args.repeats)
             for c in specs:
                 g = [x.nbytes / s / 1e9 for s in seconds(c, x, args.repeats, dtype)]
                 ratio = inputs.ratio(c, x, dtype)

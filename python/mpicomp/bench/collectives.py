@@ -17,7 +17,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from .. import _core, allgather, allreduce, config, reduce_scatter
+from .. import _core, allgather, allreduce, config, node_layout, reduce_scatter
 from . import bound, inputs, report
 from .options import COLLECTIVE_PEERS, iterations, iterations_note
 
@@ -101,6 +101,27 @@ def _peer(name, op, x, y, comm, cache):
     return lambda: dist.all_gather(outs, tx)
 
 
+def _under(hierarchy, fn, *args):
+    """fn(*args) with config.hierarchy set (agreed per call: every rank sets the same)."""
+    if config.hierarchy != hierarchy:
+        config.hierarchy = hierarchy
+    return fn(*args)
+
+
+def _impl(hierarchy, hierarchies):
+    return "mpicomp" if hierarchy == "auto" or len(hierarchies) == 1 else f"mpicomp/{hierarchy}"
+
+
+def _algorithm(op, hierarchy, layout):
+    """The algorithm mpicomp's call took, for its bound (allreduce has two levels)."""
+    two = hierarchy == "auto" and op.name == "allreduce" and layout.nodes > 1 and len(layout.node_of) > layout.nodes
+    return "two_level" if two else "flat"
+
+
+def _label(codec, hierarchy):
+    return codec.spec if hierarchy == "auto" else f"{codec.spec} ({hierarchy})"
+
+
 def run(args, comm=MPI.COMM_WORLD):
     op = OPS[args.command]
     p, rank = comm.size, comm.rank
@@ -121,10 +142,13 @@ def run(args, comm=MPI.COMM_WORLD):
         notes.append(f"--compare mpi: left out, MPI has no {args.dtype} reduction")
     # gloo runs in a pass of its own, after the others: its threads keep cores busy for a
     # while after each call, which would slow whatever is timed next.
-    passes = [[("peer", c) for c in compare if c != "gloo"] + [("mpicomp", c) for c in args.codecs]]
+    hierarchies = args.hierarchy or [config.hierarchy]
+    passes = [[("peer", c) for c in compare if c != "gloo"] + [("mpicomp", (c, h)) for h in hierarchies
+                                                               for c in args.codecs]]
     if "gloo" in compare:
         passes.append([("peer", "gloo")])
     link = bound.Link(args.link_gbit)
+    layout = node_layout(comm)
     notes.append(f"Bound(us): max(link time, codec time) of one call ({link.describe()}; codec speeds measured "
                  f"here at each size in each round, the fastest kept, one core per rank, all ranks at once); "
                  f"%Bound = bound / measured (mpicomp.bench.bound)")
@@ -133,7 +157,7 @@ def run(args, comm=MPI.COMM_WORLD):
     failures, cache = 0, {}
     itemsize = 4 if args.dtype == "float32" else 2
     for impls in passes:
-        names = ", ".join(what if kind == "peer" else what.spec for kind, what in impls)
+        names = ", ".join(what if kind == "peer" else _label(*what) for kind, what in impls)
         for index, nbytes in enumerate(args.sizes):
             n = max(p, nbytes // itemsize // p * p) if op.name == "reduce_scatter" else max(1, nbytes // itemsize)
             x = inputs.typed(inputs.make(args.data, n, 1234 + rank), args.dtype)
@@ -141,12 +165,12 @@ def run(args, comm=MPI.COMM_WORLD):
             iters, warmup = iterations(args, nbytes)
             out.measuring(nbytes, index, f"{names}; rounds: {args.rounds}, iterations: {iters}")
             calls = {(kind, what): _peer(what, op, x, y_bytes, comm, cache) if kind == "peer"
-                     else (lambda c=what: op.run(x[0], y, c, comm)) for kind, what in impls}
+                     else (lambda c=what: _under(c[1], op.run, x[0], y, c[0], comm)) for kind, what in impls}
             # Side by side: every implementation once per round, the best round kept; the
             # bound's codec speeds too.
             best, speeds = {}, None
             for _ in range(args.rounds):
-                timed = bound.Speeds([what for kind, what in impls if kind == "mpicomp"], x[1], args.dtype,
+                timed = bound.Speeds([what[0] for kind, what in impls if kind == "mpicomp"], x[1], args.dtype,
                                      op.out_len(n, p) * itemsize >= _core.STREAM_BYTES, comm)
                 speeds = timed if speeds is None else speeds.keep_faster(timed)
                 for key, fn in calls.items():
@@ -159,17 +183,18 @@ def run(args, comm=MPI.COMM_WORLD):
                 exact = op.exact(xs, rank, p)
             records = []
             for (kind, what), (avg, lo, hi) in best.items():
-                rec = dict(op=op.name, impl=what if kind == "peer" else "mpicomp",
-                           codec="none" if kind == "peer" else what.spec, size=nbytes, np=p, device=args.device,
+                hierarchy = None if kind == "peer" else what[1]
+                rec = dict(op=op.name, impl=what if kind == "peer" else _impl(hierarchy, hierarchies),
+                           codec="none" if kind == "peer" else what[0].spec, hierarchy=hierarchy, size=nbytes, np=p, device=args.device,
                            dtype=args.dtype, link=report.link(),
                            avg_latency_us=avg, min_latency_us=lo, max_latency_us=hi, iterations=iters, ratio=1.0,
                            max_rel_error=None)
                 if kind == "mpicomp":
-                    c = what
+                    c = what[0]
                     compressed = c.id != 0 and nbytes >= config.min_bytes and p > 1 and not skip_local
                     rec["ratio"] = inputs.ratio(c, x[1], args.dtype) if compressed else 1.0
                     if args.validation:
-                        op.run(x[0], y, c, comm)
+                        _under(hierarchy, op.run, x[0], y, c, comm)
                         if os.environ.get("MPICOMP_BENCH_CORRUPT") == "1":
                             y.reshape(-1)[0] += 1.0
                         diff = np.abs(inputs.as_float64(y) - exact)
@@ -178,7 +203,8 @@ def run(args, comm=MPI.COMM_WORLD):
                                    else _ROUNDING[args.dtype] * np.abs(exact) + 1e-6)
                         failures += comm.allreduce(int(np.count_nonzero(~(diff <= allowed))))
                 link_us, codec_us = bound.bound_us(op.name, rec["codec"] if rec["ratio"] != 1.0 else "none", n,
-                                                   p, rec["ratio"], speeds, link, itemsize)
+                                                   p, rec["ratio"], speeds, link, itemsize,
+                                                   algorithm=_algorithm(op, hierarchy, layout))
                 rec.update(link_bound_us=link_us, codec_bound_us=codec_us,
                            bound_us=max(link_us or 0.0, codec_us) or None)
                 rec["pct_of_bound"] = 100 * rec["bound_us"] / avg if rec["bound_us"] else None

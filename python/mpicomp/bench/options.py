@@ -114,6 +114,20 @@ def add_common(p, peers, sizes="1K:16M"):
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
 
 
+def add_hierarchy(p):
+    p.add_argument("--hierarchy", type=hierarchy_list, default=None, metavar="auto,flat",
+                   help="time mpicomp under each of these config.hierarchy values, side by side (rows "
+                        "'mpicomp/flat' for flat); default: the configured one (MPICOMP_HIERARCHY)")
+
+
+def hierarchy_list(text):
+    values = text.split(",")
+    bad = [v for v in values if v not in ("auto", "flat")]
+    if bad or len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"--hierarchy takes auto and/or flat, comma-separated, got {text!r}")
+    return values
+
+
 def iterations_note(args):
     """How iteration counts were chosen, for the header."""
     if args.volume:

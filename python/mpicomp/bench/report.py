@@ -79,7 +79,7 @@ class Report:
             self.cols += list(extra) + [("Ratio", 8, ".2f", "ratio")]
             if args.validation:
                 self.cols += [("MaxRelErr", 11, ".2e", "max_rel_error")]
-            self.cols += [("Speedup(mpi)", 14, ".3f", "speedup_vs_mpi"), ("Impl", 9, "s", "impl"),
+            self.cols += [("Speedup(mpi)", 14, ".3f", "speedup_vs_mpi"), ("Impl", 13, "s", "impl"),
                           ("Codec", 8, "s", "codec")]
             notes = notes + [f"{name}: {label}" for name, label in peers.items()]
         if self.rank0:

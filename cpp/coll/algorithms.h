@@ -1,0 +1,34 @@
+// The data movement of a compressed collective, after its agreement: flat (every rank
+// exchanges with every other; collectives.cpp) or two-level (two_level.cpp). Internal to
+// the core; the public entry points are coll.h's.
+#pragma once
+#include <mpi.h>
+
+#include "engine.h"
+#include "stages.h"
+#include "topology.h"
+
+namespace mpicomp {
+
+// How a buffer is cut: the codec on the wire and the dtype of the data; segments of `seg`
+// elements for it (stages.h: segment_elems) and of `seg_none` for exact stages inside a
+// node; parts whose boundaries fall on multiples of `granule` (the codec's block); stream:
+// outputs written around the cache (coll.h: kStreamBytes).
+struct Tiling {
+  Spec wire;
+  DType dtype;
+  size_t seg, seg_none, granule;
+  bool stream;
+};
+
+// y (count elements) = the sum of every rank's x, times scale, through ranks' stages on
+// comm. res: error feedback (count float32, or null).
+void flat_allreduce(MPI_Comm comm, const CommInfo& ci, Engine& e, const Tiling& T, const void* x, void* y,
+                    size_t count, float* res, float scale, FrameDamage& damage);
+// The same on a layout with several nodes: an exact reduce-scatter inside each node, the
+// compressed allreduce of each rank's part among the ranks with its index on the other
+// nodes, an exact allgather inside the node. res: the residual of what this rank compresses.
+void two_level_allreduce(const NodeLayout& nodes, Engine& e, const Tiling& T, const void* x, void* y, size_t count,
+                         float* res, float scale, FrameDamage& damage);
+
+}  // namespace mpicomp

@@ -1,0 +1,193 @@
+"""Two-level collectives on nodes of several ranks (config.ranks_per_node emulates the nodes;
+MPI itself sees one). Runs in every rank at any size; a layout that needs more ranks than the
+run has is skipped, and tests/test_mpi_launch.py runs this file at 4 (2x2, 3+1) and 6 (3x2)
+ranks too. Each layout is made on a fresh Dup, since a communicator's layout is fixed at
+its first use."""
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import mpicomp
+
+import _reference as ref
+from _mpiutil import WORLD, config, sum64
+
+CODECS = ["none", "fp16", "bf16", "int8", "int4", "sign", "lossless"]
+
+
+def nodes_comm(k):
+    """A fresh duplicate of the world whose layout is blocks of k world ranks."""
+    with config(ranks_per_node=k):
+        c = WORLD.Dup()
+        mpicomp.node_layout(c)  # made now, with k
+    return c
+
+
+def layouts():
+    """(ranks per node, two levels apply) for the layouts this run can make."""
+    p = WORLD.size
+    return [k for k in (2, 3) if k < p]
+
+
+def node_sums(comm, k, x64):
+    """float64 sum of x64 over each node (block of k world ranks), the one of this rank's node
+    stacked per node: (nodes, n)."""
+    allx = np.stack(comm.allgather(x64))
+    return np.stack([allx[i:i + k].sum(axis=0) for i in range(0, comm.size, k)]), np.abs(allx).sum(axis=0)
+
+
+def two_level_bound(c, comm, k, x64, avg, out_dtype):
+    """Error bound of the two-level allreduce: exact float32 sums inside each node, each
+    node's sum encoded once between nodes, the float32 total encoded once more, then the
+    division and the output rounding. Slack terms as in _mpiutil.allreduce_bound."""
+    sums, absum = node_sums(comm, k, x64)
+    exact = sums.sum(axis=0)
+    acc = (comm.size + 1) * 2.0**-24 * absum + 2.0**-149  # float32 sums inside the node and between
+    t1 = sum(c.tolerance(np.abs(s) + acc) for s in sums)
+    t2 = c.tolerance(np.abs(exact) + t1 + acc)
+    div = comm.size if avg else 1
+    mag = (np.abs(exact) + t1 + acc + t2) / div
+    return exact / div, (t1 + acc + t2) / div + 2 * ref.f32_rounding(mag) + ref.output_rounding(out_dtype, mag)
+
+
+def data(comm, n, seed):
+    g = np.random.default_rng([seed, comm.rank])
+    return g.standard_normal(n) * np.exp(g.uniform(-3, 3, n))
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_layout_follows_world_ranks(k):
+    if k >= WORLD.size and k > 1:
+        pytest.skip("needs more ranks")
+    lay = mpicomp.node_layout(nodes_comm(k))
+    assert lay.node_of == tuple(r // k for r in range(WORLD.size))
+    assert lay.node == WORLD.rank // k and lay.local == WORLD.rank % k
+    assert lay.lanes == min(lay.sizes) and lay.ranks_per_node == k
+    # A sub-communicator (reversed order) takes its members' nodes in the world.
+    with config(ranks_per_node=k):
+        rev = WORLD.Split(0, WORLD.size - WORLD.rank)
+        lay = mpicomp.node_layout(rev)
+    members = rev.allgather(WORLD.rank)
+    first = {}
+    for w in members:
+        first.setdefault(w // k, len(first))
+    assert lay.node_of == tuple(first[w // k] for w in members)
+
+
+@pytest.mark.parametrize("name", CODECS)
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("op", ["sum", "avg"])
+def test_two_level_allreduce_within_its_bound(name, dtype, op):
+    for k in layouts():
+        comm = nodes_comm(k)
+        x64 = data(comm, 300_001, 7)
+        x = x64.astype(dtype)
+        mpicomp.reset_stats()
+        with config(min_bytes=0, eager_bytes=0):
+            y = mpicomp.allreduce(x, comm=comm, codec=name, op=op)
+        exact, bound = two_level_bound(mpicomp.codec(name), comm, k, x.astype(np.float64), op == "avg", dtype)
+        err = np.abs(y.astype(np.float64) - exact)
+        assert np.all(err <= bound), (k, name, float((err / bound).max()))
+        ys = comm.allgather(y)
+        assert all(np.array_equal(ys[0], v) for v in ys)
+        algos = mpicomp.stats()["allreduce"]["algorithms"]
+        assert algos == {"two_level": 1} or (name == "none" and dtype == "float32" and algos == {"two_level": 1}), algos
+
+
+def test_in_place_and_tiles_of_any_length():
+    for k in layouts():
+        comm = nodes_comm(k)
+        with config(min_bytes=0, eager_bytes=0, segment_bytes=4096):
+            for n in (1, 33, 4097, 50_001):
+                x = data(comm, n, n).astype(np.float32)
+                want = mpicomp.allreduce(x, comm=comm, codec="int8")
+                mpicomp.allreduce(x, comm=comm, codec="int8", out=x)
+                assert np.array_equal(x, want)
+
+
+@pytest.mark.parametrize("name", ["int4", "sign"])
+def test_error_feedback_converges_in_two_levels(name):
+    """With feedback the mean over calls approaches the exact mean (relative L2 error), also
+    over several tiles, each rank keeping the residual of the part it compresses."""
+    for k in layouts():
+        comm = nodes_comm(k)
+        x = data(comm, 4096 + 300, 11).astype(np.float32)
+        exact = sum64(comm, x) / comm.size
+        rel = lambda y: np.linalg.norm(y - exact) / np.linalg.norm(exact)  # noqa: E731
+        late = {}
+        for h in ("auto", "flat"):
+            ef = mpicomp.ErrorFeedback()
+            with config(min_bytes=0, eager_bytes=0, segment_bytes=1024, hierarchy=h):
+                results = [mpicomp.allreduce(x, comm=comm, codec=name, op="avg", error_feedback=ef)
+                           for _ in range(60)]
+                single = rel(mpicomp.allreduce(x, comm=comm, codec=name, op="avg"))
+            early, late[h] = rel(np.mean(results[:6], axis=0)), rel(np.mean(results, axis=0))
+            assert late[h] < single / 3 and late[h] < early / 2, (k, h, single, early, late)
+        assert late["auto"] <= 1.2 * late["flat"], (k, late)
+
+
+def test_bytes_between_nodes_are_one_rth_of_flat():
+    for k in layouts():
+        if WORLD.size % k:
+            continue  # equal nodes: R is the same everywhere
+        comm = nodes_comm(k)
+        x = data(comm, 1 << 18, 3).astype(np.float32)
+        inter = {}
+        for h in ("auto", "flat"):
+            mpicomp.reset_stats()
+            with config(hierarchy=h):
+                mpicomp.allreduce(x, comm=comm, codec="int8")
+            s = mpicomp.stats()["allreduce"]
+            inter[h] = comm.allreduce(s["bytes_inter"])
+            assert s["algorithms"] == {"two_level" if h == "auto" else "flat": 1}
+        assert abs(inter["flat"] / inter["auto"] - k) < 0.02 * k, (k, inter)
+
+
+@pytest.mark.parametrize("name", ["int8", "int4", "sign"])
+def test_two_level_error_no_larger_than_flat(name):
+    for k in layouts():
+        comm = nodes_comm(k)
+        x = data(comm, 1 << 18, 5).astype(np.float32)
+        exact = sum64(comm, x)
+        rms = {}
+        for h in ("auto", "flat"):
+            with config(hierarchy=h):
+                y = mpicomp.allreduce(x, comm=comm, codec=name)
+            rms[h] = np.sqrt(np.mean((y - exact) ** 2))
+        assert rms["auto"] <= rms["flat"] * 1.05, (k, rms)
+
+
+def test_ranks_that_disagree_on_the_layout_raise_everywhere():
+    if WORLD.size < 2:
+        pytest.skip("needs 2 ranks")
+    with config(ranks_per_node=1 if WORLD.rank == 0 else 2):
+        c = WORLD.Dup()
+        with pytest.raises(mpicomp.ShapeMismatchError, match="ranks_per_node"):
+            mpicomp.allreduce(np.ones(1 << 16, np.float32), comm=c, codec="int8")
+    # Nothing was cached: agreeing ranks make the layout on the same communicator next.
+    with config(ranks_per_node=2):
+        y = mpicomp.allreduce(np.ones(1 << 16, np.float32), comm=c, codec="int8")
+    assert np.all(y == WORLD.size)
+    assert mpicomp.node_layout(c).ranks_per_node == 2
+
+
+def test_ranks_that_disagree_on_the_hierarchy_raise_everywhere():
+    if WORLD.size < 2:
+        pytest.skip("needs 2 ranks")
+    c = nodes_comm(2)
+    with config(hierarchy="flat" if WORLD.rank == 0 else "auto"):
+        with pytest.raises(mpicomp.ShapeMismatchError, match="hierarchy flat"):
+            mpicomp.allreduce(np.ones(1 << 16, np.float32), comm=c, codec="int8")
+    assert np.all(mpicomp.allreduce(np.ones(1 << 16, np.float32), comm=c, codec="int8") == WORLD.size)
+
+
+def test_float64_and_uncompressed_stay_exact_on_nodes():
+    for k in layouts():
+        comm = nodes_comm(k)
+        x = data(comm, 100_000, 9)
+        assert np.array_equal(mpicomp.allreduce(x, comm=comm, codec="none"), sum64(comm, x))
+        x32 = x.astype(np.float32)
+        with config(min_bytes=0, eager_bytes=0):
+            y = mpicomp.allreduce(x32, comm=comm, codec="none")
+        # float32 sums in the fixed two-level order: within float32 rounding of the exact sum.
+        assert np.all(np.abs(y - sum64(comm, x32)) <= (comm.size + 1) * 2.0**-24 * sum64(comm, np.abs(x32)))
