@@ -48,7 +48,7 @@ def test_stats_and_verbose_from_the_environment():
     assert len(notices) == 1 and "allreduce of 400 bytes sent uncompressed: input below min_bytes" in notices[0] \
         and "65536" in notices[0], r.stderr  # once per reason, rank 0 only; codec none needs no notice
     row = next(line.split() for line in r.stdout.splitlines() if line.startswith("  allreduce"))
-    assert row[1:3] == ["4", "1"] and row[-1] == "none=1,small=2", r.stdout
+    assert row[1:3] == ["4", "1"] and row[-2:] == ["none=1,small=2", "eager=3,flat=1"], r.stdout
 
 
 def test_the_old_compress_local_variable_is_refused():
