@@ -282,6 +282,8 @@ void reduce_scatter(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   const bool into_y = a.dtype == DType::f32;
   float* acc = into_y ? static_cast<float*>(y) : e.scratch_f32(0, a.count);
   FrameDamage damage;
+  rec.algo = Algo::flat;
+  Links links(node_layout(comm));
   ReduceScatterStage(comm, ci, e, wire, a.dtype, L, x, wire.id == CodecId::none ? nullptr : a.residual, acc, damage)
       .finish();
   if (is_lossless(wire.id)) check_frames(comm, ci, damage);
@@ -315,6 +317,8 @@ void allgather(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   Spec wire{sig.wire, a.spec.block};
   Layout L = equal_layout(ci.size, a.count, segment_elems(wire, a.dtype, cfg.segment_bytes));
   FrameDamage damage;
+  rec.algo = Algo::flat;
+  Links links(node_layout(comm));
   AllgatherStage(comm, ci, e, wire, a.dtype, L, x, wire.id == CodecId::none ? nullptr : a.residual, a.dtype, y, 1.f,
                  a.count * dtype_size(a.dtype) * ci.size >= kStreamBytes, damage)
       .finish();

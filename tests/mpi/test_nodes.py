@@ -143,6 +143,23 @@ def test_bytes_between_nodes_are_one_rth_of_flat():
         assert abs(inter["flat"] / inter["auto"] - k) < 0.02 * k, (k, inter)
 
 
+@pytest.mark.parametrize("coll", ["reduce_scatter", "allgather"])
+def test_reduce_scatter_and_allgather_run_flat_and_count_their_bytes(coll):
+    """Not two-level yet: counted as flat, their bytes split by the peer's node."""
+    for k in layouts():
+        comm = nodes_comm(k)
+        x = data(comm, comm.size * (1 << 14), 4).astype(np.float32)
+        mpicomp.reset_stats()
+        getattr(mpicomp, coll)(x, comm=comm, codec="int8")
+        s = mpicomp.stats()[coll]
+        assert s["algorithms"] == {"flat": 1}, s
+        peers = [j for j in range(comm.size) if j != comm.rank]
+        inter = sum(1 for j in peers if j // k != comm.rank // k)
+        # Every peer gets a part of one size (reduce_scatter) or the same part (allgather).
+        assert s["bytes_inter"] + s["bytes_intra"] == s["bytes_wire"]
+        assert s["bytes_inter"] * len(peers) == s["bytes_wire"] * inter, (k, s)
+
+
 @pytest.mark.parametrize("name", ["int8", "int4", "sign"])
 def test_two_level_error_no_larger_than_flat(name):
     for k in layouts():
