@@ -33,6 +33,8 @@ def bench(*args, n=None, env=None, timeout=180):
     (["pt2pt", "--compare", "gloo"], "unknown peer 'gloo'"),
     (["allreduce", "--table", "wide"], "--table wide shows speed-ups over the MPI library: it needs --compare mpi"),
     (["allreduce", "-i", "5", "--volume", "1M"], "not allowed with argument"),
+    (["allreduce", "--hierarchy", "auto,tree"], "unknown hierarchy 'tree'"),
+    (["allreduce", "--compare", "mpi", "--table", "wide", "--hierarchy", "auto,flat"], "give one --hierarchy"),
 ])
 def test_bad_arguments_exit_2_with_a_message(args, needle):
     r = bench(*args)
@@ -42,6 +44,21 @@ def test_bad_arguments_exit_2_with_a_message(args, needle):
 def test_bad_arguments_exit_2_on_every_rank():
     r = bench("allreduce", "-m", "lots", n=2)
     assert r.returncode == 2 and r.stderr.count("bad size") == 1
+
+
+def test_hierarchies_side_by_side_on_emulated_nodes(tmp_path):
+    """--hierarchy auto,flat on 2 nodes of 2: both timed in one run, checked (-c), labelled,
+    and each bound taken for the algorithm that ran."""
+    out = tmp_path / "h.json"
+    r = bench("allreduce", "-m", "256K:256K", "-i", "3", "-x", "1", "--rounds", "1", "-c", "--codec", "int8",
+              "--hierarchy", "auto,flat", "--compare", "mpi", "--json", str(out), n=4,
+              env={"MPICOMP_RANKS_PER_NODE": "2", "MPICOMP_NETEM": "1gbit between nodes of 2"})  # as netem says
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    recs = {x["impl"]: x for x in json.loads(out.read_text())}
+    assert set(recs) == {"mpi", "mpicomp", "mpicomp/flat"}
+    assert recs["mpicomp"]["hierarchy"] == "auto" and recs["mpicomp/flat"]["hierarchy"] == "flat"
+    # A link per node: two-level sends 1/2 of what flat sends across it.
+    assert recs["mpicomp/flat"]["link_bound_us"] == pytest.approx(2 * recs["mpicomp"]["link_bound_us"], rel=1e-6)
 
 
 def test_codecs_table_and_json(tmp_path):

@@ -154,6 +154,15 @@ NumpyArgs numpy_args(const py::array& x, py::handle out, int out_mode, int size)
   return NumpyArgs{y, const_cast<void*>(x.data()), y.mutable_data(), n, dt};
 }
 
+// {name: count} of the non-zero counts (reasons, algorithms) of the statistics.
+template <class E>
+py::dict counts(const double* n, int size, const char* (*name)(E)) {
+  py::dict d;
+  for (int k = 0; k < size; ++k)
+    if (n[k] > 0) d[name(E(k))] = static_cast<long long>(n[k]);
+  return d;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -329,12 +338,7 @@ PYBIND11_MODULE(_core, m) {
     py::dict out;
     for (int i = 1; i < kStatColls; ++i) {
       const CollStats& c = s.coll[i];
-      py::dict skipped;
-      for (int k = 0; k < kSkips; ++k)
-        if (c.skipped[k] > 0) skipped[skip_name(Skip(k))] = static_cast<long long>(c.skipped[k]);
-      py::dict algorithms;
-      for (int k = 0; k < kAlgos; ++k)
-        if (c.algorithm[k] > 0) algorithms[algo_name(Algo(k))] = static_cast<long long>(c.algorithm[k]);
+      py::dict skipped = counts(c.skipped, kSkips, skip_name), algorithms = counts(c.algorithm, kAlgos, algo_name);
       out[coll_name(Coll(i))] = py::dict(py::arg("calls") = static_cast<long long>(c.calls),
                                          py::arg("compressed") = static_cast<long long>(c.compressed),
                                          py::arg("bytes_in") = static_cast<long long>(c.bytes_in),

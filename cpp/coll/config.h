@@ -37,9 +37,10 @@ struct Config {
   // a training loop allocates nothing. Does not shape the wire.
   size_t cache_bytes = size_t(128) << 20;
   // automatic: on communicators spanning more than one node with more than one rank on some
-  // node, allreduce, reduce_scatter and allgather run in two levels: exact inside each node,
-  // compressed between nodes, so that each byte crosses a node's network card once. flat:
-  // every rank exchanges with every other, as on nodes of one rank. Shapes the wire (agreed).
+  // node, allreduce runs in two levels: exact inside each node, compressed between nodes, so
+  // that each byte crosses a node's network card once (reduce_scatter and allgather are flat
+  // yet). flat: every rank exchanges with every other, as on nodes of one rank. Shapes the
+  // wire (agreed).
   Hierarchy hierarchy = Hierarchy::automatic;
   // 0: nodes are what MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) says. K: ranks r of
   // MPI_COMM_WORLD with the same r / K form a node (emulated nodes, block placement). Read

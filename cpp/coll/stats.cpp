@@ -87,6 +87,19 @@ void stats_reset() {
   g_stats = Stats{};
 }
 
+namespace {
+
+// "name=count,..." of the non-zero counts, for a column of the table.
+template <class E>
+std::string counts(const double* n, int size, const char* (*name)(E)) {
+  std::string out;
+  for (int k = 0; k < size; ++k)
+    if (n[k] > 0) out += std::string(out.empty() ? "" : ",") + name(E(k)) + "=" + std::to_string(static_cast<long long>(n[k]));
+  return out;
+}
+
+}  // namespace
+
 std::string stats_table(const Stats& s, const std::string& title) {
   std::string out = "# " + title + "\n";
   char line[512];
@@ -97,14 +110,7 @@ std::string stats_table(const Stats& s, const std::string& title) {
   for (int i = 1; i < kStatColls; ++i) {
     const CollStats& c = s.coll[i];
     if (c.calls == 0) continue;
-    std::string reasons;
-    for (int k = 0; k < kSkips; ++k)
-      if (c.skipped[k] > 0) reasons += std::string(reasons.empty() ? "" : ",") + skip_name(Skip(k)) + "=" +
-                                       std::to_string(static_cast<long long>(c.skipped[k]));
-    std::string algos;
-    for (int k = 0; k < kAlgos; ++k)
-      if (c.algorithm[k] > 0) algos += std::string(algos.empty() ? "" : ",") + algo_name(Algo(k)) + "=" +
-                                       std::to_string(static_cast<long long>(c.algorithm[k]));
+    const std::string reasons = counts(c.skipped, kSkips, skip_name), algos = counts(c.algorithm, kAlgos, algo_name);
     double ratio = c.bytes_wire > 0 ? c.bytes_plain / c.bytes_wire : 1;
     std::snprintf(line, sizeof line, "  %-15s %9.0f %11.0f %14.0f %14.0f %6.2fx %10.3f  %-34s %s\n", coll_name(Coll(i)),
                   c.calls, c.compressed, c.bytes_in, c.bytes_wire, ratio, c.seconds,

@@ -65,8 +65,9 @@ struct Sent {
 };
 
 // A call of `coll` on `size` ranks with `bytes_in` input bytes, moved by `algo`. sent: the
-// bytes this rank's own messages carried; bytes_wire counts them for a compressed call; an uncompressed one (skip set) counts what the bandwidth-optimal
-// algorithm sends (uncompressed_wire_bytes), whatever path MPI took.
+// bytes this rank's own messages carried, which bytes_wire counts for a compressed call; an
+// uncompressed one (skip set) counts what the bandwidth-optimal algorithm sends
+// (uncompressed_wire_bytes), whatever path MPI took.
 void stats_record(Coll coll, int size, size_t bytes_in, Sent sent, Algo algo, double seconds, const Skip* skip);
 // The bytes an uncompressed call of `coll` sends per rank: (size - 1) / size of the data per
 // stage (two stages for allreduce, one for reduce_scatter; allgather's data is size parts).

@@ -1,6 +1,7 @@
 #include "topology.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -36,12 +37,11 @@ int node_key(MPI_Comm comm, size_t ranks_per_node) {
 }
 
 void announce(const NodeLayout& L, MPI_Comm comm) {
-  static bool said = false;
+  static std::atomic<bool> said{false};  // layouts of two threads' communicators may be made at once
   int rank = 0;
   PMPI_Comm_rank(comm, &rank);
   // One node is what every single-machine run has: nothing to tell.
-  if (said || !config().verbose || rank != 0 || L.nodes == 1) return;
-  said = true;
+  if (!config().verbose || rank != 0 || L.nodes == 1 || said.exchange(true)) return;
   std::fprintf(stderr, "mpicomp: %zu ranks on %s (%s; %s)\n", L.node_of.size(), L.describe().c_str(),
                L.ranks_per_node ? ("ranks_per_node = " + std::to_string(L.ranks_per_node)).c_str()
                                 : "nodes from MPI_Comm_split_type",

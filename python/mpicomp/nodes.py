@@ -24,6 +24,11 @@ class NodeLayout(NamedTuple):
         return max(self.node_of) + 1
 
     @property
+    def hierarchical(self):
+        """More than one node, and some node with more than one rank: where two levels apply."""
+        return self.nodes > 1 and len(self.node_of) > self.nodes
+
+    @property
     def sizes(self):
         """Ranks per node, by node."""
         return tuple(self.node_of.count(n) for n in range(self.nodes))

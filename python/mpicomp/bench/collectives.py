@@ -101,21 +101,13 @@ def _peer(name, op, x, y, comm, cache):
     return lambda: dist.all_gather(outs, tx)
 
 
-def _under(hierarchy, fn, *args):
-    """fn(*args) with config.hierarchy set (agreed per call: every rank sets the same)."""
-    if config.hierarchy != hierarchy:
-        config.hierarchy = hierarchy
-    return fn(*args)
-
-
 def _impl(hierarchy, hierarchies):
     return "mpicomp" if hierarchy == "auto" or len(hierarchies) == 1 else f"mpicomp/{hierarchy}"
 
 
 def _algorithm(op, hierarchy, layout):
     """The algorithm mpicomp's call took, for its bound (allreduce has two levels)."""
-    two = hierarchy == "auto" and op.name == "allreduce" and layout.nodes > 1 and len(layout.node_of) > layout.nodes
-    return "two_level" if two else "flat"
+    return "two_level" if hierarchy == "auto" and op.name == "allreduce" and layout.hierarchical else "flat"
 
 
 def _label(codec, hierarchy):
@@ -165,7 +157,7 @@ def run(args, comm=MPI.COMM_WORLD):
             iters, warmup = iterations(args, nbytes)
             out.measuring(nbytes, index, f"{names}; rounds: {args.rounds}, iterations: {iters}")
             calls = {(kind, what): _peer(what, op, x, y_bytes, comm, cache) if kind == "peer"
-                     else (lambda c=what: _under(c[1], op.run, x[0], y, c[0], comm)) for kind, what in impls}
+                     else (lambda c=what[0]: op.run(x[0], y, c, comm)) for kind, what in impls}
             # Side by side: every implementation once per round, the best round kept; the
             # bound's codec speeds too.
             best, speeds = {}, None
@@ -174,6 +166,8 @@ def run(args, comm=MPI.COMM_WORLD):
                                      op.out_len(n, p) * itemsize >= _core.STREAM_BYTES, comm)
                 speeds = timed if speeds is None else speeds.keep_faster(timed)
                 for key, fn in calls.items():
+                    if key[0] == "mpicomp":  # set outside the timed calls; every rank sets the same
+                        config.hierarchy = key[1][1]
                     t = _time(fn, iters, warmup, comm)
                     if key not in best or t[0] < best[key][0]:
                         best[key] = t
@@ -185,8 +179,8 @@ def run(args, comm=MPI.COMM_WORLD):
             for (kind, what), (avg, lo, hi) in best.items():
                 hierarchy = None if kind == "peer" else what[1]
                 rec = dict(op=op.name, impl=what if kind == "peer" else _impl(hierarchy, hierarchies),
-                           codec="none" if kind == "peer" else what[0].spec, hierarchy=hierarchy, size=nbytes, np=p, device=args.device,
-                           dtype=args.dtype, link=report.link(),
+                           codec="none" if kind == "peer" else what[0].spec, hierarchy=hierarchy, size=nbytes, np=p,
+                           device=args.device, dtype=args.dtype, link=report.link(),
                            avg_latency_us=avg, min_latency_us=lo, max_latency_us=hi, iterations=iters, ratio=1.0,
                            max_rel_error=None)
                 if kind == "mpicomp":
@@ -194,7 +188,8 @@ def run(args, comm=MPI.COMM_WORLD):
                     compressed = c.id != 0 and nbytes >= config.min_bytes and p > 1 and not skip_local
                     rec["ratio"] = inputs.ratio(c, x[1], args.dtype) if compressed else 1.0
                     if args.validation:
-                        _under(hierarchy, op.run, x[0], y, c, comm)
+                        config.hierarchy = hierarchy
+                        op.run(x[0], y, c, comm)
                         if os.environ.get("MPICOMP_BENCH_CORRUPT") == "1":
                             y.reshape(-1)[0] += 1.0
                         diff = np.abs(inputs.as_float64(y) - exact)

@@ -53,15 +53,15 @@ def size_range(text):
     return sizes
 
 
-def peer_list(allowed):
-    """--compare's type: a comma-separated list of peers among `allowed`."""
+def choice_list(allowed, what="peer"):
+    """A comma-separated list of `what`s among `allowed` (--compare, --hierarchy)."""
 
     def parse(text):
-        peers = [c for c in text.split(",") if c]
-        unknown = [c for c in peers if c not in allowed]
+        chosen = [c for c in text.split(",") if c]
+        unknown = [c for c in chosen if c not in allowed]
         if unknown:
-            raise argparse.ArgumentTypeError(f"unknown peer {unknown[0]!r} (choose from {', '.join(allowed)})")
-        return peers
+            raise argparse.ArgumentTypeError(f"unknown {what} {unknown[0]!r} (choose from {', '.join(allowed)})")
+        return chosen
 
     return parse
 
@@ -104,7 +104,7 @@ def add_common(p, peers, sizes="1K:16M"):
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="where the data lives (cuda needs a build with CUDA support)")
     add_data(p)
-    p.add_argument("--compare", type=peer_list(peers), default=[], metavar=",".join(peers),
+    p.add_argument("--compare", type=choice_list(peers), default=[], metavar=",".join(peers),
                    help=f"also time {' and/or '.join(peers.values())}, same ranks, sizes and data")
     p.add_argument("--table", choices=("long", "wide"), default="long",
                    help="long: OSU's columns, a row per size and implementation; wide: a row per size, "
@@ -115,17 +115,9 @@ def add_common(p, peers, sizes="1K:16M"):
 
 
 def add_hierarchy(p):
-    p.add_argument("--hierarchy", type=hierarchy_list, default=None, metavar="auto,flat",
+    p.add_argument("--hierarchy", type=choice_list(("auto", "flat"), "hierarchy"), default=None, metavar="auto,flat",
                    help="time mpicomp under each of these config.hierarchy values, side by side (rows "
                         "'mpicomp/flat' for flat); default: the configured one (MPICOMP_HIERARCHY)")
-
-
-def hierarchy_list(text):
-    values = text.split(",")
-    bad = [v for v in values if v not in ("auto", "flat")]
-    if bad or len(set(values)) != len(values):
-        raise argparse.ArgumentTypeError(f"--hierarchy takes auto and/or flat, comma-separated, got {text!r}")
-    return values
 
 
 def iterations_note(args):
