@@ -45,7 +45,8 @@ attribute          environment variable        meaning
                                                others). Default 0: no limit, as MPI. Not
                                                covered: a communicator's first mpicomp
                                                call, which makes its private duplicate
-                                               with MPI's own (blocking) MPI_Comm_dup.
+                                               and node layout with MPI's own (blocking)
+                                               MPI_Comm_dup and MPI_Comm_split.
 ``cache_bytes``    ``MPICOMP_CACHE_BYTES``     scratch memory a thread keeps between calls;
                                                beyond it, buffers are freed after each
                                                call, largest first. Default 128 MiB.

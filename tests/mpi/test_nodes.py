@@ -3,9 +3,10 @@ MPI itself sees one). Runs in every rank at any size; a layout that needs more r
 run has is skipped, and tests/test_mpi_launch.py runs this file at 4 (2x2, 3+1) and 6 (3x2)
 ranks too. Each layout is made on a fresh Dup, since a communicator's layout is fixed at
 its first use."""
+import time
+
 import numpy as np
 import pytest
-from mpi4py import MPI
 
 import mpicomp
 
@@ -208,3 +209,28 @@ def test_float64_and_uncompressed_stay_exact_on_nodes():
             y = mpicomp.allreduce(x32, comm=comm, codec="none")
         # float32 sums in the fixed two-level order: within float32 rounding of the exact sum.
         assert np.all(np.abs(y - sum64(comm, x32)) <= (comm.size + 1) * 2.0**-24 * sum64(comm, np.abs(x32)))
+
+
+@pytest.mark.parametrize("codec", ["int8", "none"])  # float32 "none" is two-level too on these nodes
+def test_a_stalled_rank_makes_the_others_raise(codec):
+    """config.timeout_s on the two-level path: the ranks waiting for one that never arrives
+    raise CommTimeoutError on every layout, none hangs; a fresh communicator then works."""
+    if WORLD.size < 3:
+        pytest.skip("needs 3 ranks for nodes of several ranks")
+    x = np.ones(1 << 17, np.float32)
+    for k in layouts():
+        comm = nodes_comm(k)
+        with config(timeout_s=1.0, min_bytes=0, eager_bytes=0):
+            mpicomp.reset_stats()
+            mpicomp.allreduce(x, comm=comm, codec=codec)  # set-up: MPI's blocking Comm_dup
+            assert mpicomp.stats()["allreduce"]["algorithms"] == {"two_level": 1}
+            if comm.rank != comm.size - 1:  # the last rank stalls
+                t0 = time.perf_counter()
+                with pytest.raises(mpicomp.CommTimeoutError, match="timeout_s"):
+                    mpicomp.allreduce(x, comm=comm, codec=codec)
+                assert time.perf_counter() - t0 < 11
+                with pytest.raises(mpicomp.CommTimeoutError, match="earlier call"):
+                    mpicomp.allreduce(x, comm=comm, codec=codec)
+            WORLD.Barrier()
+            fresh = nodes_comm(k)
+            assert np.all(mpicomp.allreduce(x, comm=fresh, codec=codec) == comm.size)
