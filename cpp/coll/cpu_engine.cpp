@@ -36,6 +36,7 @@ struct CpuEngine final : Engine {
   }
   float* scratch_f32(int slot, size_t n) override { return f32[slot].get<float>(n); }
   uint8_t* wire(int slot, size_t n) override { return bytes[slot].get<uint8_t>(n); }
+  bool mpi_takes_buffers() const override { return true; }
 };
 
 }  // namespace

@@ -36,6 +36,10 @@ struct Engine {
   virtual void copy(void* dst, const void* src, size_t bytes, bool to_host) { std::memcpy(dst, src, bytes); }
   // The collective is over: results are in place when this returns.
   virtual void finish() {}
+  // Whether the MPI library may send from and receive into this engine's buffers as they are
+  // (host memory): exact stages (codec none) then skip the copy into a wire buffer, which
+  // would hold the same bytes.
+  virtual bool mpi_takes_buffers() const { return false; }
 };
 
 Engine& cpu_engine();

@@ -1,6 +1,7 @@
 #include "stages.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "deadline.h"
 #include "mpi_count.h"
@@ -118,17 +119,24 @@ ReduceScatterStage::ReduceScatterStage(MPI_Comm c, const CommInfo& ci, Engine& e
   own_ = t == DType::f32 && !res && p > 1 ? reinterpret_cast<const float*>(mine) : nullptr;
   if (!own_) e.load(t, mine, my_len_, res ? res + L.off[r] : nullptr, acc);
 
+  // Exact parts that MPI can read where they lie are sent from x (Engine::mpi_takes_buffers).
+  const bool raw = s.id == CodecId::none && !res && e.mpi_takes_buffers();
   size_t send_bytes = 0;
-  for (int d = 1; d < p; ++d) send_bytes += part_bytes(s, t, L.len((r + d) % p), L.seg);
-  uint8_t* sbuf = e.wire(slot + 1, send_bytes);
+  for (int d = 1; d < p && !raw; ++d) send_bytes += part_bytes(s, t, L.len((r + d) % p), L.seg);
+  uint8_t* sbuf = raw ? nullptr : e.wire(slot + 1, send_bytes);
   size_t spos = 0;
   for (int d = 1; d < p; ++d) {
     int dst = (r + d) % p;
     size_t len = L.len(dst);
     for (size_t k = 0; k < nsegs(len, L.seg); ++k) {
       size_t n = seg_len(len, L.seg, k), first = L.off[dst] + k * L.seg;
-      uint8_t* w = sbuf + spos + segment_offset(s, t, L.seg, k);
-      isend(w, e.encode(s, t, at<char>(x, first * dts), n, res ? res + first : nullptr, w), dst, kTagRS, c, sreq_);
+      const char* from = at<char>(x, first * dts);
+      if (raw) {
+        isend(from, n * dts, dst, kTagRS, c, sreq_);
+      } else {
+        uint8_t* w = sbuf + spos + segment_offset(s, t, L.seg, k);
+        isend(w, e.encode(s, t, from, n, res ? res + first : nullptr, w), dst, kTagRS, c, sreq_);
+      }
       consume(false);
     }
     spos += part_bytes(s, t, len, L.seg);
@@ -161,31 +169,37 @@ AllgatherStage::AllgatherStage(MPI_Comm c, const CommInfo& ci, Engine& e, Spec s
                                const void* src, float* res, DType yt, void* y, float scale, bool stream,
                                FrameDamage& damage, int slot)
     : r_(ci.rank), p_(ci.size), e_(e), s_(s), st_(st), yt_(yt), L_(L), y_(y), scale_(scale), stream_(stream),
-      damage_(damage), rpos_(ci.size + 1, 0) {
+      damage_(damage), raw_(s.id == CodecId::none && st == yt && scale == 1.f && !res && e.mpi_takes_buffers()),
+      src_(src), rpos_(ci.size + 1, 0) {
   const int r = r_, p = p_;
   const size_t sts = dtype_size(st);
 
-  // One receive per (peer, segment).
-  for (int j = 0; j < p; ++j) rpos_[j + 1] = rpos_[j] + (j == r ? 0 : part_bytes(s, st, L.len(j), L.seg));
-  rbuf_ = e.wire(slot, rpos_[p]);
+  // One receive per (peer, segment); exact parts that MPI can write where they belong
+  // (Engine::mpi_takes_buffers) land there, with nothing to decode.
+  for (int j = 0; j < p && !raw_; ++j) rpos_[j + 1] = rpos_[j] + (j == r ? 0 : part_bytes(s, st, L.len(j), L.seg));
+  rbuf_ = raw_ ? nullptr : e.wire(slot, rpos_[p]);
   for (int j = 0; j < p; ++j) {
     if (j == r) continue;
     for (size_t k = 0; k < nsegs(L.len(j), L.seg); ++k) {
       rreq_.emplace_back();
       which_.emplace_back(j, k);
-      irecv(rbuf_ + rpos_[j] + segment_offset(s, st, L.seg, k), encoded_bytes(s, st, seg_len(L.len(j), L.seg, k)), j,
-            kTagAG, c, &rreq_.back());
+      const size_t n = seg_len(L.len(j), L.seg, k);
+      void* into = raw_ ? at<char>(y, (L.off[j] + k * L.seg) * sts)
+                        : static_cast<void*>(rbuf_ + rpos_[j] + segment_offset(s, st, L.seg, k));
+      irecv(into, encoded_bytes(s, st, n), j, kTagAG, c, &rreq_.back());
     }
   }
   idx_.resize(rreq_.size());
   left_ = rreq_.size();
 
   const size_t my_len = L.len(r);
-  sbuf_ = e.wire(slot + 1, part_bytes(s, st, my_len, L.seg));
+  sbuf_ = raw_ ? nullptr : e.wire(slot + 1, part_bytes(s, st, my_len, L.seg));
   for (size_t k = 0; k < nsegs(my_len, L.seg); ++k) {
     size_t n = seg_len(my_len, L.seg, k), o = segment_offset(s, st, L.seg, k);
-    size_t bytes = e.encode(s, st, at<char>(src, k * L.seg * sts), n, res ? res + k * L.seg : nullptr, sbuf_ + o);
-    for (int d = 1; d < p; ++d) isend(sbuf_ + o, bytes, (r + d) % p, kTagAG, c, sreq_);
+    const char* from = at<char>(src, k * L.seg * sts);
+    const void* w = raw_ ? static_cast<const void*>(from) : sbuf_ + o;
+    size_t bytes = raw_ ? n * sts : e.encode(s, st, from, n, res ? res + k * L.seg : nullptr, sbuf_ + o);
+    for (int d = 1; d < p; ++d) isend(w, bytes, (r + d) % p, kTagAG, c, sreq_);
     consume(false);
   }
 }
@@ -207,7 +221,7 @@ void AllgatherStage::consume(bool block) {
       mpi_check(PMPI_Testsome(int(rreq_.size()), rreq_.data(), &count, idx_.data(), MPI_STATUSES_IGNORE),
                 "MPI_Testsome");
     if (count == MPI_UNDEFINED || count == 0) return;
-    for (int i = 0; i < count; ++i) {
+    for (int i = 0; i < count && !raw_; ++i) {
       auto [j, k] = which_[idx_[i]];
       decode_part(rbuf_ + rpos_[j], j, k);
     }
@@ -218,7 +232,11 @@ void AllgatherStage::consume(bool block) {
 void AllgatherStage::finish() {
   // The own part is decoded here, not when it is sent: an allreduce has started the next
   // tile's reduce-scatter by now, whose messages travel meanwhile.
-  for (size_t k = 0; k < nsegs(L_.len(r_), L_.seg); ++k) decode_part(sbuf_, r_, k);
+  char* own = at<char>(y_, L_.off[r_] * dtype_size(yt_));
+  if (!raw_)
+    for (size_t k = 0; k < nsegs(L_.len(r_), L_.seg); ++k) decode_part(sbuf_, r_, k);
+  else if (src_ != own)
+    std::memcpy(own, src_, L_.len(r_) * dtype_size(yt_));
   consume(true);
   waitall(sreq_);
 }

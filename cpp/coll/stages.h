@@ -153,6 +153,8 @@ class AllgatherStage {
   const float scale_;
   const bool stream_;
   FrameDamage& damage_;
+  const bool raw_;         // exact parts sent from src and received into y (Engine::mpi_takes_buffers)
+  const void* const src_;
   std::vector<size_t> rpos_;  // part j lands at rpos_[j] in the receive buffer
   uint8_t *rbuf_ = nullptr, *sbuf_ = nullptr;
   std::vector<std::pair<int, size_t>> which_;  // (part, segment) of each receive
