@@ -18,8 +18,8 @@ def namespaces():
     return set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
 
 
-def netem(*args, timeout=120):
-    return subprocess.run([sys.executable, NETEM, *args], capture_output=True, text=True, timeout=timeout)
+def netem(*args, timeout=120, env=None):
+    return subprocess.run([sys.executable, NETEM, *args], capture_output=True, text=True, timeout=timeout, env=env)
 
 
 @root
@@ -123,3 +123,19 @@ def test_ranks_per_node_shapes_only_links_between_nodes():
     assert addrs == str(["10.213.0.1", "10.213.0.1", "10.213.0.2", "10.213.0.2"])
     assert inter > 0.5 and intra < inter / 4, (intra, inter)  # 8 MB both ways at 100 Mbit/s: >= 0.67 s
     assert namespaces() == before
+
+
+@root
+@mpich_only
+def test_ranks_per_node_tells_mpicomp_the_nodes():
+    """--ranks-per-node K sets MPICOMP_RANKS_PER_NODE=K for the program (MPICH itself, under
+    NOLOCAL, sees a node per rank), so mpicomp's allreduce runs in two levels, unless the
+    caller set it."""
+    prog = ("import mpicomp, numpy as np; c = mpicomp.MPI.COMM_WORLD\n"
+            "mpicomp.allreduce(np.ones(1 << 16, np.float32), comm=c, codec='int8')\n"
+            "print(mpicomp.node_layout(c).node_of, mpicomp.stats()['allreduce']['algorithms']) if c.rank == 0 else None")
+    r = netem("--rate", "1gbit", "--ranks-per-node", "2", "--", MPIEXEC, "-n", "4", sys.executable, "-c", prog)
+    assert r.returncode == 0 and "(0, 0, 1, 1) {'two_level': 1}" in r.stdout, r.stdout + r.stderr
+    r = netem("--rate", "1gbit", "--ranks-per-node", "2", "--", MPIEXEC, "-n", "4", sys.executable, "-c", prog,
+              env={**os.environ, "MPICOMP_RANKS_PER_NODE": "1"})
+    assert r.returncode == 0 and "(0, 1, 2, 3) {'flat': 1}" in r.stdout, r.stdout + r.stderr
