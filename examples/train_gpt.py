@@ -50,6 +50,16 @@ from mpicomp.optim import ACCO, AMSP, DiLoCo, ZeRO1
 VOCAB = 256
 
 
+def _islands(text):
+    """--islands: a positive number of islands, or "nodes"."""
+    if text == "nodes":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a number of islands or 'nodes', got {text!r}") from None
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -78,8 +88,9 @@ def parse_args(argv=None):
     p.add_argument("--fragments", type=int, default=1, help="diloco: fragments of Streaming DiLoCo")
     p.add_argument("--overlap", action="store_true",
                    help="diloco: average outer gradients while the next inner step runs (tau = 1)")
-    p.add_argument("--islands", type=int, default=None,
-                   help="diloco: groups of data-parallel replicas (default: every replica is its own island)")
+    p.add_argument("--islands", type=_islands, default=None,
+                   help="diloco: groups of data-parallel replicas, a number or 'nodes' (an island per node: "
+                        "mpicomp.node_comms; default: every replica is its own island)")
     p.add_argument("--slow-rank", type=int, default=None,
                    help="this rank sleeps in every micro-batch as long as the micro-batch took (2x slower)")
     p.add_argument("--layers", type=int, default=2, help="transformer blocks")
@@ -261,12 +272,16 @@ class Trainer:
         """DiLoCo over mesh.dp cut into --islands islands of consecutive replicas: exact
         gradient averaging inside an island (inner_comm), outer gradients across islands
         (comm: the replicas with the same place in their islands)."""
-        islands = args.islands or mesh.dp_size
-        if islands < 1 or mesh.dp_size % islands:
-            raise SystemExit(f"--islands {islands} must divide the {mesh.dp_size} data-parallel replicas")
-        per = mesh.dp_size // islands
-        island = mesh.dp.Split(mesh.dp_rank // per, mesh.dp_rank)
-        cross = mesh.dp.Split(mesh.dp_rank % per, mesh.dp_rank)
+        if args.islands == "nodes":
+            island, cross = mpicomp.node_comms(mesh.dp)
+            per = island.Get_size()
+        else:
+            islands = args.islands or mesh.dp_size
+            if islands < 1 or mesh.dp_size % islands:
+                raise SystemExit(f"--islands {islands} must divide the {mesh.dp_size} data-parallel replicas")
+            per = mesh.dp_size // islands
+            island = mesh.dp.Split(mesh.dp_rank // per, mesh.dp_rank)
+            cross = mesh.dp.Split(mesh.dp_rank % per, mesh.dp_rank)
         inner = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
         return DiLoCo(model, inner, comm=cross, inner_comm=island if per > 1 else None, sync_every=args.sync_every,
                       outer_lr=args.outer_lr, codec=args.outer_codec, error_feedback=args.outer_codec != "none",

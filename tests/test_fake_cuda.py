@@ -61,11 +61,14 @@ def built(tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("n", [2, 3])
-@pytest.mark.parametrize("mode", ["staged", "direct"])
-def test_gpu_engine_matches_the_host_engine(built, n, mode):
+@pytest.mark.parametrize("mode, n, nodes", [(m, n, ()) for m in ("staged", "direct") for n in (2, 3)] +
+                         [("staged", 4, ("2",)), ("direct", 3, ("2",))],
+                         ids=["staged-2", "staged-3", "direct-2", "direct-3", "staged-nodes-2x2", "direct-nodes-2+1"])
+def test_gpu_engine_matches_the_host_engine(built, mode, n, nodes):
+    """nodes: config.ranks_per_node, so that both engines take the two-level collectives (all
+    three on 2x2; allreduce on 2+1), their exact stages inside the node on device buffers."""
     r = subprocess.run([str(BIN / "mpiexec"), "-n", str(n), str(built / "engine_check"),
-                        str(built / "libfake_nvcomp.so"), mode], capture_output=True, text=True, timeout=300)
+                        str(built / "libfake_nvcomp.so"), mode, *nodes], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0 and f"engine_check {mode}: 0 failed checks" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
 
 

@@ -43,16 +43,23 @@ def test_c_program_results_within_codec_bounds(program, n, codec):
 @pytest.mark.parametrize("rpn", ["2", "3"])  # 4 ranks as 2 nodes of 2, and as 3 + 1
 @pytest.mark.parametrize("codec", ["int8", "sign", "lossless"])
 def test_c_program_on_emulated_nodes(program, rpn, codec):
-    """MPICOMP_RANKS_PER_NODE makes the interposer's allreduces two-level: results within the
-    codec's bounds, and the table at MPI_Finalize says which algorithm ran."""
+    """MPICOMP_RANKS_PER_NODE makes the interposer's collectives two-level (allreduce on any
+    nodes, reduce_scatter and allgather on nodes of equal size): results within the codec's
+    bounds, and the table at MPI_Finalize says which algorithm ran."""
+    def algorithms(stdout):
+        return {ln.split()[0]: ln.split()[-1] for ln in stdout.splitlines()
+                if ln.split()[:1] in (["allreduce"], ["reduce_scatter"], ["allgather"])}
     r = mpiexec(4, program, codec, MPICOMP_CODEC=codec, MPICOMP_RANKS_PER_NODE=rpn, MPICOMP_STATS="1")
     assert r.returncode == 0 and f"{codec}: 0 failed checks" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
-    line = next(ln for ln in r.stdout.splitlines() if ln.split()[:1] == ["allreduce"])
-    assert "two_level=" in line.split()[-1], line
+    algos = algorithms(r.stdout)
+    assert "two_level=" in algos["allreduce"], algos
+    if rpn == "2":
+        assert "two_level=" in algos["reduce_scatter"] and "two_level=" in algos["allgather"], algos
     r = mpiexec(4, program, codec, MPICOMP_CODEC=codec, MPICOMP_RANKS_PER_NODE=rpn, MPICOMP_STATS="1",
                 MPICOMP_HIERARCHY="flat")
-    line = next(ln for ln in r.stdout.splitlines() if ln.split()[:1] == ["allreduce"])
-    assert r.returncode == 0 and "two_level" not in line and "flat=" in line, line
+    algos = algorithms(r.stdout)
+    assert r.returncode == 0 and "flat=" in algos["allreduce"], algos
+    assert not any("two_level" in v for v in algos.values()), algos
 
 
 def test_check_program_detects_a_looser_codec(program):

@@ -16,11 +16,11 @@ TINY = ["--layers", "2", "--width", "32", "--heads", "2", "--context", "32", "--
         "--lr", "1e-2", "--corpus-bytes", "300000"]
 
 
-def train(tmp_path, name, *flags):
+def train(tmp_path, name, *flags, **env):
     log = tmp_path / f"{name}.json"
     cmd = [MPIEXEC, "-n", "2", sys.executable, str(ROOT / "examples" / "train_gpt.py"), *TINY, *flags,
            "--json", str(log)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=os.environ.copy())
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env={**os.environ, **env})
     assert r.returncode == 0, f"{' '.join(cmd)} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     assert "final loss" in r.stdout and "step 4/4" in r.stdout, r.stdout
     return json.loads(log.read_text())
@@ -124,6 +124,18 @@ def test_amsp_zero3_corner(runs, tmp_path):
     for mem in log["memory"]:
         assert abs(mem["params"] - mem["formula"]["params"]) <= 4 * 64  # padding: < s_os per module
         assert mem["formula"]["params"] == 4 * log["parameters"] / 2
+
+
+def test_diloco_islands_follow_the_nodes(tmp_path):
+    """--islands nodes: an island per node of the node layout (mpicomp.node_comms), the same
+    run as the number of islands the nodes make."""
+    flags = ("--dp", "2", "--policy", "none", "--optimizer", "diloco", "--sync-every", "2")
+    for rpn, islands in (("2", "1"), ("1", "2")):
+        by_nodes = train(tmp_path, f"nodes{rpn}", *flags, "--islands", "nodes", MPICOMP_RANKS_PER_NODE=rpn)
+        by_count = train(tmp_path, f"islands{islands}", *flags, "--islands", islands)
+        assert losses(by_nodes) == losses(by_count), rpn
+        assert [s["outer_bytes"] for s in by_nodes["steps"]] == [s["outer_bytes"] for s in by_count["steps"]]
+    assert by_nodes["steps"][-1]["outer_bytes"] > 0  # two islands exchange outer gradients
 
 
 def test_diloco_syncs_every_h_steps(tmp_path):

@@ -30,5 +30,17 @@ void flat_allreduce(MPI_Comm comm, const CommInfo& ci, Engine& e, const Tiling& 
 // nodes, an exact allgather inside the node. res: the residual of what this rank compresses.
 void two_level_allreduce(const NodeLayout& nodes, Engine& e, const Tiling& T, const void* x, void* y, size_t count,
                          float* res, float scale, FrameDamage& damage);
+// Where reduce_scatter and allgather go two-level: on nodes of equal size (each rank then
+// carries its own block between nodes; elsewhere they run flat).
+bool two_level_blocks(const NodeLayout& nodes);
+// y (count elements) = the sum over ranks of their block `rank` of x, times scale: the node
+// sums each block exactly, then each rank's index on every node exchanges those sums,
+// compressed. res: the residual of what this rank compresses (nodes * count float32).
+void two_level_reduce_scatter(const NodeLayout& nodes, Engine& e, const Tiling& T, const void* x, void* y,
+                              size_t count, float* res, float scale, FrameDamage& damage);
+// y = every rank's x (count elements each), in rank order: each rank's block crosses between
+// nodes compressed once, then every node gathers its blocks exactly. res: error feedback of x.
+void two_level_allgather(const NodeLayout& nodes, Engine& e, const Tiling& T, const void* x, void* y, size_t count,
+                         float* res, FrameDamage& damage);
 
 }  // namespace mpicomp

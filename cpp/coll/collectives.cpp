@@ -141,6 +141,17 @@ void eager_sum(MPI_Comm comm, const Signature& sig, Engine& e, Payload::Kind kin
   if (avg) divide(y, t, len, size);
 }
 
+// The cut of a call's buffers; `blocks`: the output holds that many times count elements.
+Tiling tiling(const Signature& sig, const CollArgs& a, const Config& cfg, int blocks = 1) {
+  Spec wire{sig.wire, a.spec.block};
+  return Tiling{wire,
+                a.dtype,
+                segment_elems(wire, a.dtype, cfg.segment_bytes),
+                segment_elems(Spec{}, a.dtype, cfg.segment_bytes),
+                is_blockwise(wire.id) ? wire.block : kLanes,
+                a.count * dtype_size(a.dtype) * size_t(blocks) >= kStreamBytes};
+}
+
 }  // namespace
 
 void flat_allreduce(MPI_Comm comm, const CommInfo& ci, Engine& e, const Tiling& T, const void* x, void* y, size_t count,
@@ -229,11 +240,8 @@ void allreduce(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
     if (a.avg) divide(y, a.dtype, a.count, ci.size);
     return;
   }
-  Spec wire{sig.wire, a.spec.block};
-  Tiling T{wire, a.dtype, segment_elems(wire, a.dtype, cfg.segment_bytes),
-           segment_elems(Spec{}, a.dtype, cfg.segment_bytes), is_blockwise(wire.id) ? wire.block : kLanes,
-           a.count * dtype_size(a.dtype) >= kStreamBytes};
-  float* res = wire.id == CodecId::none ? nullptr : a.residual;
+  const Tiling T = tiling(sig, a, cfg);
+  float* res = T.wire.id == CodecId::none ? nullptr : a.residual;
   FrameDamage damage;
   if (two_level) {
     rec.algo = Algo::two_level;
@@ -243,7 +251,7 @@ void allreduce(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
     Links links(nodes);
     flat_allreduce(comm, ci, e, T, x, y, a.count, res, scale, damage);
   }
-  if (is_lossless(wire.id)) check_frames(comm, ci, damage);
+  if (is_lossless(T.wire.id)) check_frames(comm, ci, damage);
 }
 
 void reduce_scatter(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
@@ -274,20 +282,26 @@ void reduce_scatter(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
     if (a.avg) divide(y, a.dtype, a.count, ci.size);
     return;
   }
-  Spec wire{sig.wire, a.spec.block};
-  Layout L = equal_layout(ci.size, a.count, segment_elems(wire, a.dtype, cfg.segment_bytes));
-  // float32 output is its own accumulator: the sums are written once, where a scratch
-  // accumulator took them through memory twice more, out and back for the store (10 Gbit/s,
-  // 2 ranks, 64 MiB int4: docs/measurements.md).
-  const bool into_y = a.dtype == DType::f32;
-  float* acc = into_y ? static_cast<float*>(y) : e.scratch_f32(0, a.count);
+  const Tiling T = tiling(sig, a, cfg);
+  float* res = T.wire.id == CodecId::none ? nullptr : a.residual;
   FrameDamage damage;
-  rec.algo = Algo::flat;
-  Links links(node_layout(comm));
-  ReduceScatterStage(comm, ci, e, wire, a.dtype, L, x, wire.id == CodecId::none ? nullptr : a.residual, acc, damage)
-      .finish();
-  if (is_lossless(wire.id)) check_frames(comm, ci, damage);
-  if (!into_y || scale != 1.f) e.store(acc, a.count, scale, a.dtype, y);
+  const NodeLayout& nodes = node_layout(comm);
+  if (!sig.flat && two_level_blocks(nodes)) {
+    rec.algo = Algo::two_level;
+    two_level_reduce_scatter(nodes, e, T, x, y, a.count, res, scale, damage);
+  } else {
+    // float32 output is its own accumulator: the sums are written once, where a scratch
+    // accumulator took them through memory twice more, out and back for the store (10
+    // Gbit/s, 2 ranks, 64 MiB int4: docs/measurements.md).
+    const bool into_y = a.dtype == DType::f32;
+    float* acc = into_y ? static_cast<float*>(y) : e.scratch_f32(0, a.count);
+    rec.algo = Algo::flat;
+    Links links(nodes);
+    ReduceScatterStage(comm, ci, e, T.wire, a.dtype, equal_layout(ci.size, a.count, T.seg), x, res, acc, damage)
+        .finish();
+    if (!into_y || scale != 1.f) e.store(acc, a.count, scale, a.dtype, y);
+  }
+  if (is_lossless(T.wire.id)) check_frames(comm, ci, damage);
 }
 
 void allgather(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
@@ -314,15 +328,21 @@ void allgather(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
     return;
   }
   Engine& e = engine_of(a);
-  Spec wire{sig.wire, a.spec.block};
-  Layout L = equal_layout(ci.size, a.count, segment_elems(wire, a.dtype, cfg.segment_bytes));
+  const Tiling T = tiling(sig, a, cfg, ci.size);
+  float* res = T.wire.id == CodecId::none ? nullptr : a.residual;
   FrameDamage damage;
-  rec.algo = Algo::flat;
-  Links links(node_layout(comm));
-  AllgatherStage(comm, ci, e, wire, a.dtype, L, x, wire.id == CodecId::none ? nullptr : a.residual, a.dtype, y, 1.f,
-                 a.count * dtype_size(a.dtype) * ci.size >= kStreamBytes, damage)
-      .finish();
-  if (is_lossless(wire.id)) check_frames(comm, ci, damage);
+  const NodeLayout& nodes = node_layout(comm);
+  if (!sig.flat && two_level_blocks(nodes)) {
+    rec.algo = Algo::two_level;
+    two_level_allgather(nodes, e, T, x, y, a.count, res, damage);
+  } else {
+    rec.algo = Algo::flat;
+    Links links(nodes);
+    AllgatherStage(comm, ci, e, T.wire, a.dtype, equal_layout(ci.size, a.count, T.seg), x, res, a.dtype, y, 1.f,
+                   T.stream, damage)
+        .finish();
+  }
+  if (is_lossless(T.wire.id)) check_frames(comm, ci, damage);
 }
 
 void collective(Coll coll, MPI_Comm comm, const void* x, void* y, const CollArgs& a) {

@@ -115,9 +115,9 @@ ReduceScatterStage::ReduceScatterStage(MPI_Comm c, const CommInfo& ci, Engine& e
   // float32 input without a residual is not copied into acc first: the first peer's decode
   // adds its part onto x's (x + decoded, the same sum in one pass less). Alone (a node of one
   // rank in a two-level call) there is no peer to do it.
-  const char* mine = at<char>(x, L.off[r] * dts);
+  const char* mine = at<char>(x, L.pos(r) * dts);
   own_ = t == DType::f32 && !res && p > 1 ? reinterpret_cast<const float*>(mine) : nullptr;
-  if (!own_) e.load(t, mine, my_len_, res ? res + L.off[r] : nullptr, acc);
+  if (!own_ && my_len_) e.load(t, mine, my_len_, res ? res + L.pos(r) : nullptr, acc);  // none: a rank past the lanes
 
   // Exact parts that MPI can read where they lie are sent from x (Engine::mpi_takes_buffers).
   const bool raw = s.id == CodecId::none && !res && e.mpi_takes_buffers();
@@ -129,7 +129,7 @@ ReduceScatterStage::ReduceScatterStage(MPI_Comm c, const CommInfo& ci, Engine& e
     int dst = (r + d) % p;
     size_t len = L.len(dst);
     for (size_t k = 0; k < nsegs(len, L.seg); ++k) {
-      size_t n = seg_len(len, L.seg, k), first = L.off[dst] + k * L.seg;
+      size_t n = seg_len(len, L.seg, k), first = L.pos(dst) + k * L.seg;
       const char* from = at<char>(x, first * dts);
       if (raw) {
         isend(from, n * dts, dst, kTagRS, c, sreq_);
@@ -184,7 +184,7 @@ AllgatherStage::AllgatherStage(MPI_Comm c, const CommInfo& ci, Engine& e, Spec s
       rreq_.emplace_back();
       which_.emplace_back(j, k);
       const size_t n = seg_len(L.len(j), L.seg, k);
-      void* into = raw_ ? at<char>(y, (L.off[j] + k * L.seg) * sts)
+      void* into = raw_ ? at<char>(y, (L.pos(j) + k * L.seg) * sts)
                         : static_cast<void*>(rbuf_ + rpos_[j] + segment_offset(s, st, L.seg, k));
       irecv(into, encoded_bytes(s, st, n), j, kTagAG, c, &rreq_.back());
     }
@@ -205,7 +205,7 @@ AllgatherStage::AllgatherStage(MPI_Comm c, const CommInfo& ci, Engine& e, Spec s
 }
 
 void AllgatherStage::decode_part(const uint8_t* part, int j, size_t k) {
-  size_t first = L_.off[j] + k * L_.seg;
+  size_t first = L_.pos(j) + k * L_.seg;
   damage_.guard(j, [&] {
     e_.decode(s_, yt_, part + segment_offset(s_, st_, L_.seg, k), seg_len(L_.len(j), L_.seg, k), scale_,
               at<char>(y_, first * dtype_size(yt_)), stream_);
@@ -232,7 +232,7 @@ void AllgatherStage::consume(bool block) {
 void AllgatherStage::finish() {
   // The own part is decoded here, not when it is sent: an allreduce has started the next
   // tile's reduce-scatter by now, whose messages travel meanwhile.
-  char* own = at<char>(y_, L_.off[r_] * dtype_size(yt_));
+  char* own = at<char>(y_, L_.pos(r_) * dtype_size(yt_));
   if (!raw_)
     for (size_t k = 0; k < nsegs(L_.len(r_), L_.seg); ++k) decode_part(sbuf_, r_, k);
   else if (src_ != own)

@@ -20,12 +20,16 @@
 
 namespace mpicomp {
 
-// Part j of a buffer is elements [off[j], off[j+1]); parts travel in segments of `seg`
-// elements (a multiple of the codec's block, so segments encode independently).
+// Part j of a buffer is elements [off[j], off[j+1]), or, where `at` is given, len(j)
+// elements from at[j] (the parts of a two-level stage lie wherever their ranks' blocks are);
+// parts travel in segments of `seg` elements (a multiple of the codec's block, so segments
+// encode independently).
 struct Layout {
   std::vector<size_t> off;
   size_t seg;
+  std::vector<size_t> at;
   size_t len(int j) const { return off[j + 1] - off[j]; }
+  size_t pos(int j) const { return at.empty() ? off[j] : at[j]; }
 };
 
 // Parts of equal length k (reduce_scatter / allgather of k elements per rank).

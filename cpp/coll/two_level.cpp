@@ -6,8 +6,11 @@
 // then exchanges one R-th of the data, compressed, with the ranks of the same index on the
 // other nodes, and the node gathers the result exactly: each byte crosses the card once.
 // Lossy compression happens only between nodes, so the error is that of an N-rank flat call.
+// reduce_scatter and allgather follow the same pattern on nodes of equal size, where each rank
+// carries its own block between nodes.
 #include <algorithm>
 #include <optional>
+#include <vector>
 
 #include "algorithms.h"
 
@@ -20,6 +23,22 @@ struct TileCut {
   size_t first;
   Layout in, x;
 };
+
+// The ranks of each node in rank order: members[m][j] is the j-th rank of node m.
+std::vector<std::vector<int>> members(const NodeLayout& N) {
+  std::vector<std::vector<int>> m(size_t(N.nodes));
+  for (size_t r = 0; r < N.node_of.size(); ++r) m[size_t(N.node_of[r])].push_back(int(r));
+  return m;
+}
+
+// `parts` parts of len elements, part j at at(j): the same tile of each rank's block.
+template <class F>
+Layout placed(int parts, size_t len, size_t seg, F&& at) {
+  Layout L = equal_layout(parts, len, seg);
+  L.at.resize(size_t(parts));
+  for (int j = 0; j < parts; ++j) L.at[size_t(j)] = at(j);
+  return L;
+}
 
 }  // namespace
 
@@ -94,6 +113,83 @@ void two_level_allreduce(const NodeLayout& N, Engine& e, const Tiling& T, const 
     if (!next) break;
     cur = std::move(*next);
   }
+}
+
+bool two_level_blocks(const NodeLayout& N) { return N.hierarchical() && size_t(N.lanes * N.nodes) == N.node_of.size(); }
+
+void two_level_reduce_scatter(const NodeLayout& N, Engine& e, const Tiling& T, const void* x, void* y, size_t count,
+                              float* res, float scale, FrameDamage& damage) {
+  const CommInfo in_ci(N.intra), x_ci(N.inter);
+  const auto M = members(N);
+  const size_t dts = dtype_size(T.dtype);
+  // The node's float32 sums of the blocks this rank carries, node by node: S[m * count + i] is
+  // element i of the block of the rank with this rank's index on node m. The residual is
+  // indexed as S is.
+  float* S = e.scratch_f32(0, size_t(N.nodes) * count);
+  const bool into_y = T.dtype == DType::f32;  // float32 output is its own accumulator
+  float* acc = into_y ? nullptr : e.scratch_f32(1, std::min(T.seg, count));
+  // Tile t (the same T.seg elements of every block): the node sums it inside the node (wire
+  // slots 2-3) while tile t-1 crosses between nodes (slots 0-1).
+  std::optional<ReduceScatterStage> b;
+  size_t b_first = 0, b_len = 0;
+  auto finish_b = [&] {
+    b->finish();
+    b.reset();
+    float* a = into_y ? static_cast<float*>(y) + b_first : acc;
+    if (!into_y || scale != 1.f) e.store(a, b_len, scale, T.dtype, static_cast<char*>(y) + b_first * dts);
+  };
+  for (size_t first = 0; first < count; first += T.seg) {
+    const size_t len = std::min(T.seg, count - first);
+    {
+      Links links(false);
+      for (int m = 0; m < N.nodes; ++m)
+        ReduceScatterStage(N.intra, in_ci, e, Spec{}, T.dtype,
+                           placed(N.lanes, len, T.seg_none, [&](int j) { return size_t(M[m][j]) * count + first; }),
+                           x, nullptr, S + size_t(m) * count + first, damage, 2)
+            .finish();
+    }
+    if (b) finish_b();
+    Links links(true);
+    b.emplace(N.inter, x_ci, e, T.wire, DType::f32,
+              placed(N.nodes, len, T.seg, [&](int m) { return size_t(m) * count + first; }), S, res,
+              into_y ? static_cast<float*>(y) + first : acc, damage, 0);
+    b_first = first, b_len = len;
+  }
+  if (b) finish_b();
+}
+
+void two_level_allgather(const NodeLayout& N, Engine& e, const Tiling& T, const void* x, void* y, size_t count,
+                         float* res, FrameDamage& damage) {
+  const CommInfo in_ci(N.intra), x_ci(N.inter);
+  const auto M = members(N);
+  const size_t dts = dtype_size(T.dtype);
+  char* yb = static_cast<char*>(y);
+  // Tile t of the blocks of this rank's index on every node crosses between nodes (wire
+  // slots 0-1) while tile t-1 of each node's blocks is gathered inside the node (2-3).
+  auto spread = [&](size_t first, size_t len) {
+    Links links(false);
+    for (int m = 0; m < N.nodes; ++m)
+      AllgatherStage(N.intra, in_ci, e, Spec{}, T.dtype,
+                     placed(N.lanes, len, T.seg_none, [&](int j) { return size_t(M[m][j]) * count + first; }),
+                     yb + (size_t(M[m][N.local]) * count + first) * dts, nullptr, T.dtype, y, 1.f, T.stream, damage, 2)
+          .finish();
+  };
+  std::optional<size_t> prev;
+  for (size_t first = 0; first < count; first += T.seg) {
+    const size_t len = std::min(T.seg, count - first);
+    std::optional<AllgatherStage> b;
+    {
+      Links links(true);
+      b.emplace(N.inter, x_ci, e, T.wire, T.dtype,
+                placed(N.nodes, len, T.seg, [&](int m) { return size_t(M[m][N.local]) * count + first; }),
+                static_cast<const char*>(x) + first * dts, res ? res + first : nullptr, T.dtype, y, 1.f, T.stream,
+                damage, 0);
+    }
+    if (prev) spread(*prev, std::min(T.seg, count - *prev));
+    b->finish();
+    prev = first;
+  }
+  if (prev) spread(*prev, std::min(T.seg, count - *prev));
 }
 
 }  // namespace mpicomp

@@ -15,7 +15,7 @@ from .collectives import (Request, allgather, allreduce, iallgather, iallreduce,
 from .config import config
 from .errors import ArgumentError, BackendError, CodecError, CommTimeoutError, MpicompError, ShapeMismatchError
 from .feedback import ErrorFeedback
-from .nodes import NodeLayout, node_layout
+from .nodes import NodeLayout, node_comms, node_layout
 from .stats import reset_stats, stats, stats_table
 
 __version__ = "0.1.0"
@@ -24,6 +24,7 @@ __all__ = [
     "Codec", "codec", "available_codecs",
     "allreduce", "reduce_scatter", "allgather", "iallreduce", "ireduce_scatter", "iallgather", "Request", "send",
     "recv",
-    "ErrorFeedback", "powersgd", "config", "node_layout", "NodeLayout", "stats", "reset_stats", "stats_table",
+    "ErrorFeedback", "powersgd", "config", "node_comms", "node_layout", "NodeLayout", "stats", "reset_stats",
+    "stats_table",
     "MpicompError", "CodecError", "ShapeMismatchError", "BackendError", "ArgumentError", "CommTimeoutError",
 ]

@@ -18,7 +18,9 @@ class ErrorFeedback:
     The residual is a float32 array with as many elements as the input, created (zeros) on
     the first call. In an allreduce it holds, for the parts this rank sends to others, what
     their encoding dropped, and for the part this rank reduces, what encoding the reduced sum
-    dropped; both are added to the next call's input. A block that held a NaN or Inf leaves
+    dropped; both are added to the next call's input. On several nodes (two-level
+    collectives, ``mpicomp.node_layout``) it holds the error of what this rank compresses
+    between nodes: the part of its node's sum it carries. A block that held a NaN or Inf leaves
     a zero residual, so one overflowing step (skipped by a loss scaler) does not poison all
     later ones. Messages sent uncompressed (below ``config.min_bytes``) leave it unchanged.
 

@@ -1,8 +1,9 @@
 // The GPU engine's host-side logic on a machine without a GPU (tests/test_fake_cuda.py): the
 // collectives run with cuda_engine on fake device memory (fake_runtime.cpp) and nvCOMP's
 // stand-in (fake_nvcomp.cpp), and must give the host engine's bytes exactly, staged through
-// pinned buffers or (argv[2] == "direct") passed to MPI as they are.
-//   mpiexec -n N engine_check FAKE_NVCOMP.so staged|direct
+// pinned buffers or (argv[2] == "direct") passed to MPI as they are; with a third argument K,
+// on nodes of K ranks (config.ranks_per_node), through the two-level collectives.
+//   mpiexec -n N engine_check FAKE_NVCOMP.so staged|direct [K]
 #include <mpi.h>
 
 #include <cmath>
@@ -15,6 +16,7 @@
 #include "../../cpp/codecs/cuda/codec_cuda.h"
 #include "../../cpp/coll/coll.h"
 #include "../../cpp/coll/config.h"
+#include "../../cpp/coll/topology.h"
 #include "../../cpp/core/errors.h"
 #include "cuda_runtime.h"
 
@@ -112,11 +114,18 @@ void run_one(Coll coll, CodecId codec, DType t, size_t n, size_t offset, bool av
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
-  if (argc != 3) return std::fprintf(stderr, "usage: engine_check FAKE_NVCOMP.so staged|direct\n"), 2;
+  if (argc != 3 && argc != 4)
+    return std::fprintf(stderr, "usage: engine_check FAKE_NVCOMP.so staged|direct [ranks per node]\n"), 2;
   std::string why = cuda::nvcomp_load(argv[1]);
   if (!why.empty()) return std::fprintf(stderr, "nvcomp_load: %s\n", why.c_str()), 2;
   const bool direct = std::string(argv[2]) == "direct";
-  set_config(Config{0, 0, 256 << 10, true});  // compress everything, several segments per part
+  Config cfg{0, 0, 256 << 10, true};  // compress everything, several segments per part
+  if (argc == 4) {
+    cfg.ranks_per_node = std::stoul(argv[3]);
+    set_config(cfg);
+    expect(node_layout(MPI_COMM_WORLD).hierarchical(), "the layout has nodes of several ranks");
+  }
+  set_config(cfg);
   const CodecId codecs[] = {CodecId::none, CodecId::fp16, CodecId::bf16, CodecId::int8, CodecId::int4,
                             CodecId::sign, CodecId::lz4,  CodecId::bitcomp, CodecId::ans};
   for (CodecId c : codecs)

@@ -75,6 +75,19 @@ def test_layout_follows_world_ranks(k):
     assert lay.node_of == tuple(first[w // k] for w in members)
 
 
+def test_node_comms_split_by_the_layout():
+    for k in layouts():
+        comm = nodes_comm(k)
+        if comm.size % k:
+            with pytest.raises(mpicomp.ArgumentError, match="differ in size"):
+                mpicomp.node_comms(comm)
+            continue
+        intra, inter = mpicomp.node_comms(comm)
+        assert intra.allgather(comm.rank) == [r for r in range(comm.size) if r // k == comm.rank // k]
+        assert inter.allgather(comm.rank) == [r for r in range(comm.size) if r % k == comm.rank % k]
+        intra.Free(), inter.Free()
+
+
 @pytest.mark.parametrize("name", CODECS)
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("op", ["sum", "avg"])
@@ -106,52 +119,115 @@ def test_in_place_and_tiles_of_any_length():
                 assert np.array_equal(x, want)
 
 
+def expected_algorithm(comm, k, name, dtype):
+    """Compressed reduce_scatter and allgather go two-level on nodes of equal size; uncompressed
+    float32 to MPI's own (16-bit floats, which MPI cannot sum, take the stages)."""
+    if name == "none" and dtype == "float32":
+        return "mpi"
+    return "two_level" if comm.size % k == 0 else "flat"
+
+
+@pytest.mark.parametrize("name", CODECS)
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("op", ["sum", "avg"])
+def test_two_level_reduce_scatter_within_its_bound(name, dtype, op):
+    """Each rank's block of the sum: the node sums it exactly, the ranks of its index on the
+    other nodes send their node's sum once, compressed (the allreduce's bound, which has
+    one encoding more, holds)."""
+    for k in layouts():
+        comm = nodes_comm(k)
+        n = 40_001
+        x64 = data(comm, n * comm.size, 8)
+        x = x64.astype(dtype)
+        mpicomp.reset_stats()
+        with config(min_bytes=0, eager_bytes=0, segment_bytes=32768):
+            y = mpicomp.reduce_scatter(x, comm=comm, codec=name, op=op)
+        # Flat on unequal nodes: every rank encodes its own input, a node of one.
+        level = k if expected_algorithm(comm, k, name, dtype) == "two_level" else 1
+        # Each block is cut into codec blocks from its own start: the bound of every rank's block
+        # (a collective: all ranks compute all of them).
+        exact, bound = [two_level_bound(mpicomp.codec(name), comm, level, b.astype(np.float64), op == "avg", dtype)
+                        for b in np.split(x, comm.size)][comm.rank]
+        err = np.abs(y.astype(np.float64) - exact)
+        assert np.all(err <= bound), (k, name, float((err / bound).max()))
+        assert mpicomp.stats()["reduce_scatter"]["algorithms"] == {expected_algorithm(comm, k, name, dtype): 1}
+
+
+@pytest.mark.parametrize("name", CODECS)
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_two_level_allgather_is_the_flat_one(name, dtype):
+    """Each rank encodes its own block in the same segments either way, so the two-level
+    result is the flat one bit for bit, on every rank (exact codecs: the blocks themselves)."""
+    for k in layouts():
+        comm = nodes_comm(k)
+        x = data(comm, 30_011, 10).astype(dtype)
+        got = {}
+        for h in ("auto", "flat"):
+            mpicomp.reset_stats()
+            with config(min_bytes=0, eager_bytes=0, segment_bytes=16384, hierarchy=h):
+                got[h] = mpicomp.allgather(x, comm=comm, codec=name).tobytes()
+            # Uncompressed blocks of any dtype: MPI's own allgather.
+            want = "mpi" if name == "none" else expected_algorithm(comm, k, name, dtype) if h == "auto" else "flat"
+            assert mpicomp.stats()["allgather"]["algorithms"] == {want: 1}
+        assert got["auto"] == got["flat"], (k, name)
+        if name in ("none", "lossless") or (name == "fp16" and dtype == "float16"):
+            assert got["auto"] == b"".join(b.tobytes() for b in comm.allgather(x))
+        assert len(set(comm.allgather(got["auto"]))) == 1
+
+
+@pytest.mark.parametrize("coll", ["allreduce", "reduce_scatter"])
 @pytest.mark.parametrize("name", ["int4", "sign"])
-def test_error_feedback_converges_in_two_levels(name):
+def test_error_feedback_converges_in_two_levels(coll, name):
     """With feedback the mean over calls approaches the exact mean (relative L2 error), also
     over several tiles, each rank keeping the residual of the part it compresses."""
     for k in layouts():
         comm = nodes_comm(k)
-        x = data(comm, 4096 + 300, 11).astype(np.float32)
+        if coll == "reduce_scatter" and comm.size % k:
+            continue  # runs flat: tests/mpi covers that
+        x = data(comm, (4400 if coll == "allreduce" else comm.size * 4400), 11).astype(np.float32)
         exact = sum64(comm, x) / comm.size
+        if coll == "reduce_scatter":
+            exact = np.split(exact, comm.size)[comm.rank]
+        call = getattr(mpicomp, coll)
         rel = lambda y: np.linalg.norm(y - exact) / np.linalg.norm(exact)  # noqa: E731
         late = {}
         for h in ("auto", "flat"):
             ef = mpicomp.ErrorFeedback()
             with config(min_bytes=0, eager_bytes=0, segment_bytes=1024, hierarchy=h):
-                results = [mpicomp.allreduce(x, comm=comm, codec=name, op="avg", error_feedback=ef)
-                           for _ in range(60)]
-                single = rel(mpicomp.allreduce(x, comm=comm, codec=name, op="avg"))
+                results = [call(x, comm=comm, codec=name, op="avg", error_feedback=ef) for _ in range(60)]
+                single = rel(call(x, comm=comm, codec=name, op="avg"))
             early, late[h] = rel(np.mean(results[:6], axis=0)), rel(np.mean(results, axis=0))
             assert late[h] < single / 3 and late[h] < early / 2, (k, h, single, early, late)
         assert late["auto"] <= 1.2 * late["flat"], (k, late)
 
 
-def test_bytes_between_nodes_are_one_rth_of_flat():
+@pytest.mark.parametrize("coll", ["allreduce", "reduce_scatter", "allgather"])
+def test_bytes_between_nodes_are_one_rth_of_flat(coll):
     for k in layouts():
         if WORLD.size % k:
             continue  # equal nodes: R is the same everywhere
         comm = nodes_comm(k)
-        x = data(comm, 1 << 18, 3).astype(np.float32)
+        x = data(comm, comm.size << 16, 3).astype(np.float32)
         inter = {}
         for h in ("auto", "flat"):
             mpicomp.reset_stats()
             with config(hierarchy=h):
-                mpicomp.allreduce(x, comm=comm, codec="int8")
-            s = mpicomp.stats()["allreduce"]
+                getattr(mpicomp, coll)(x, comm=comm, codec="int8")
+            s = mpicomp.stats()[coll]
             inter[h] = comm.allreduce(s["bytes_inter"])
             assert s["algorithms"] == {"two_level" if h == "auto" else "flat": 1}
         assert abs(inter["flat"] / inter["auto"] - k) < 0.02 * k, (k, inter)
 
 
 @pytest.mark.parametrize("coll", ["reduce_scatter", "allgather"])
-def test_reduce_scatter_and_allgather_run_flat_and_count_their_bytes(coll):
-    """Not two-level yet: counted as flat, their bytes split by the peer's node."""
+def test_flat_reduce_scatter_and_allgather_count_bytes_by_node(coll):
+    """Flat (asked for, or on nodes of unequal size): every peer's share counted by its node."""
     for k in layouts():
         comm = nodes_comm(k)
         x = data(comm, comm.size * (1 << 14), 4).astype(np.float32)
         mpicomp.reset_stats()
-        getattr(mpicomp, coll)(x, comm=comm, codec="int8")
+        with config(hierarchy="flat" if comm.size % k == 0 else "auto"):
+            getattr(mpicomp, coll)(x, comm=comm, codec="int8")
         s = mpicomp.stats()[coll]
         assert s["algorithms"] == {"flat": 1}, s
         peers = [j for j in range(comm.size) if j != comm.rank]

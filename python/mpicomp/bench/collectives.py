@@ -106,8 +106,10 @@ def _impl(hierarchy, hierarchies):
 
 
 def _algorithm(op, hierarchy, layout):
-    """The algorithm mpicomp's call took, for its bound (allreduce has two levels)."""
-    return "two_level" if hierarchy == "auto" and op.name == "allreduce" and layout.hierarchical else "flat"
+    """The algorithm mpicomp's call took, for its bound: two levels on nodes of several ranks
+    (reduce_scatter and allgather on nodes of equal size only)."""
+    two = layout.hierarchical and (op.name == "allreduce" or len(set(layout.sizes)) == 1)
+    return "two_level" if hierarchy == "auto" and two else "flat"
 
 
 def _label(codec, hierarchy):

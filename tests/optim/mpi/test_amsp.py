@@ -164,6 +164,29 @@ def test_codec_by_link():
     assert opt.wire["grad"] == "none" and opt.wire["state"] == "int8" and opt.wire["update"] == "int8"
 
 
+def test_nodes_come_from_the_node_layout():
+    """Without ranks_per_node, AMSP takes mpicomp.node_layout's nodes: here emulated ones
+    (config.ranks_per_node), which decide which groups span nodes; nodes that are not equal
+    blocks raise on every rank."""
+    saved = mpicomp.config.ranks_per_node
+    try:
+        for k in (2, 3):
+            if k >= N:
+                continue
+            mpicomp.config.ranks_per_node = k
+            comm = WORLD.Dup()
+            if N % k:
+                with pytest.raises(mpicomp.ArgumentError, match="not blocks"):
+                    AMSP(toy_model(), torch.optim.AdamW, shard=(1, 1, N), comm=comm, **KW)
+                continue
+            opt = AMSP(toy_model(), torch.optim.AdamW, shard=(1, k, N), comm=comm,
+                       codec={"intra": "none", "inter": "int8"}, **KW)
+            assert opt.ranks_per_node == k
+            assert opt.wire["grad"] == "none" and opt.wire["state"] == "int8"
+    finally:
+        mpicomp.config.ranks_per_node = saved
+
+
 def _bad_partitions():
     bigger = next(s for s in range(2, 3 * N) if N % s)  # divides nothing
     return {"wrong order": (N, 1, N), "not dividing": (1, 1, bigger), "larger than the world": (1, 1, 2 * N),

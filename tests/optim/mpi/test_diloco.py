@@ -53,10 +53,25 @@ def tmp_path_shared():
     WORLD.Barrier()
 
 
-@pytest.mark.parametrize("islands", [False, True])
+def node_islands(k):
+    """DiLoCo's islands from the node layout (mpicomp.node_comms) on emulated nodes of k ranks."""
+    saved = mpicomp.config.ranks_per_node
+    mpicomp.config.ranks_per_node = k
+    try:
+        inner, cross = mpicomp.node_comms(WORLD.Dup())
+    finally:
+        mpicomp.config.ranks_per_node = saved
+    return dict(inner_comm=inner, comm=cross)
+
+
+@pytest.mark.parametrize("islands", ["none", "one", "nodes"])
 def test_h1_outer_lr1_equals_synchronous_sgd(islands):
-    # islands: one island of all ranks (gradients averaged every step), one outer worker
-    kw = dict(inner_comm=WORLD, comm=MPI.COMM_SELF) if islands else dict(comm=WORLD)
+    # one: one island of all ranks (gradients averaged every step), one outer worker;
+    # nodes: an island per node of 2 ranks, from the node layout
+    if islands == "nodes" and N % 2:
+        pytest.skip("nodes of 2 ranks need an even number of ranks")
+    kw = {"none": lambda: dict(comm=WORLD), "one": lambda: dict(inner_comm=WORLD, comm=MPI.COMM_SELF),
+          "nodes": lambda: node_islands(2)}[islands]()
     model = toy_model()
     opt = DiLoCo(model, torch.optim.SGD(model.parameters(), lr=0.1), sync_every=1, outer_lr=1.0,
                  outer_momentum=0.0, **kw)

@@ -11,6 +11,7 @@ import mpicomp
 
 from ...codecs import wire_codec
 from ...errors import ArgumentError, MpicompError
+from ...nodes import node_layout
 from .._sharded import ShardedOptimizer, agree, build_optimizer
 from . import checkpoint
 from .groups import GROUPS, Groups, check_partition, check_ranks_per_node
@@ -56,9 +57,11 @@ class AMSP(torch.optim.Optimizer):
         optimizer_class: an elementwise torch.optim.Optimizer subclass (AdamW, Adam, SGD).
         shard: (s_p, s_g, s_os); see ``mpicomp.optim.amsp.plan`` to choose one.
         comm: the data-parallel communicator (``mesh.dp`` or COMM_WORLD).
-        ranks_per_node: ranks per node; default: the size of this rank's
-            MPI_COMM_TYPE_SHARED group. Set it to emulate several nodes on one machine
-            (ranks are assumed placed in blocks: node i holds ranks i*rpn ... (i+1)*rpn-1).
+        ranks_per_node: ranks per node (ranks are assumed placed in blocks: node i holds
+            ranks i*rpn ... (i+1)*rpn-1); default: from ``mpicomp.node_layout(comm)``, the
+            nodes the collectives' two levels use (MPI_COMM_TYPE_SHARED, or
+            ``config.ranks_per_node`` / MPICOMP_RANKS_PER_NODE for emulated nodes), which
+            must then be blocks of equal size.
         codec: wire codec of every collective, or {"intra": spec, "inter": spec} by whether
             a collective's group spans nodes (e.g. {"intra": "none", "inter": "int8"}).
         error_feedback: with a lossy codec on the gradients' collectives (the s_g
@@ -88,12 +91,14 @@ class AMSP(torch.optim.Optimizer):
             raise ArgumentError(f"{who}: comm must be an mpi4py intra-communicator (e.g. mesh.dp), got {comm!r}")
         self.comm, world, rank = comm, comm.Get_size(), comm.Get_rank()
         self._meta = comm.Dup()
-        if ranks_per_node is None:
-            node = comm.Split_type(MPI.COMM_TYPE_SHARED)
-            ranks_per_node = node.Get_size()
-            node.Free()
+        layout = node_layout(comm) if ranks_per_node is None else None  # collective: before any raise
         error, signature = None, None
         try:
+            if layout is not None:
+                ranks_per_node = layout.block
+                if ranks_per_node is None:
+                    raise ArgumentError(f"{who}: the nodes of comm are not blocks of consecutive ranks of equal "
+                                        f"size ({layout.node_of}): pass ranks_per_node")
             if not isinstance(model, torch.nn.Module):
                 raise ArgumentError(f"{who}: model must be a torch.nn.Module, got {type(model).__name__}")
             groups = ShardedOptimizer._check(model.parameters(), optimizer_class, "none", "none", False, ())
