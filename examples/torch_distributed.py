@@ -1,12 +1,14 @@
 """A plain PyTorch data-parallel training script (DDP or FSDP2's fully_shard): nothing in it
-is mpicomp's but the import and the backend's name, so it runs as well with gloo.
+is mpicomp's but the import, the backend's name and one line that lets gloo find its ranks
+from MPI too, so it runs as well with gloo.
 
     mpiexec -n 2 python examples/torch_distributed.py --backend mpicomp
     mpiexec -n 2 env MPICOMP_CODEC=int8 python examples/torch_distributed.py --backend mpicomp --wrap fsdp2
     mpiexec -n 2 python examples/torch_distributed.py --backend gloo
 
-Under mpiexec, ``init_process_group`` needs no MASTER_ADDR, RANK or WORLD_SIZE: importing
-mpicomp.torch makes torch's env:// rendezvous take them from MPI when they are not set. The
+Under mpiexec, ``init_process_group("mpicomp")`` needs no MASTER_ADDR, RANK or WORLD_SIZE:
+it takes them from MPI when they are not set; ``mpicomp.torch.rendezvous_from_mpi()`` does
+the same for gloo (without it, gloo's rendezvous is torch's own, which wants them). The
 model is a small byte-level transformer language model (torch.nn.TransformerEncoder with a
 causal mask) on the standard library's sources; every rank draws its own batches. Rank 0
 prints the loss every --log steps, and with --json writes the losses, each step's seconds
@@ -59,6 +61,7 @@ def main():
     p.add_argument("--json", default=None, metavar="PATH", help="write losses and bytes here (rank 0)")
     args = p.parse_args()
 
+    mpicomp.torch.rendezvous_from_mpi()  # for gloo; "mpicomp" needs no line
     dist.init_process_group(args.backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)

@@ -331,6 +331,8 @@ PYBIND11_MODULE(_core, m) {
   m.def("set_codec_threads", &set_codec_threads, "Threads per codec call; 0: the default (codecs/parallel.h)");
   m.def("codec_threads", &codec_threads, "Threads per codec call in use");
   m.def("timed_out", [](py::handle comm) { return timed_out(comm_of(comm)); });
+  m.def("set_timeout", [](py::handle comm, double seconds) { set_timeout(comm_of(comm), seconds); },
+        "Calls on comm, and on its later duplicates, wait at most seconds (0: no limit)");
 
   // ---- statistics (stats.h) ----
   m.def("stats", [] {

@@ -2,9 +2,11 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <thread>
 
 #include "../codecs/parallel.h"
 #include "mpi_util.h"
@@ -71,14 +73,31 @@ bool oversubscribed() {
 // Whether a wait can be MPI's own blocking one: no deadline to check, and a core to spin on.
 bool mpi_waits() { return !t_timed && !oversubscribed(); }
 
-// Polls `test` until it reports progress or the deadline (if any) passes.
+// Polls `test` until it reports progress or the deadline (if any) passes. A wait that has not
+// completed within kSpin sleeps between polls, kNap longer each time up to kMaxNap: a rank
+// waiting for one that is late, or gone, does not hold a core for the whole timeout (30
+// minutes by default in Python), while a wait that completes within kSpin costs no sleep,
+// and the socket buffers of a TCP link hold far more than kMaxNap of its traffic.
+constexpr auto kSpin = std::chrono::milliseconds(2);
+constexpr auto kNap = std::chrono::microseconds(10), kMaxNap = std::chrono::microseconds(250);
+
 template <class Test>
 void poll(int n, MPI_Request* r, const char* what, Test test) {
   const bool yield = oversubscribed();
+  const auto start = Clock::now();
+  auto nap = std::chrono::microseconds(0);  // > 0: past kSpin, a nap after every poll
   for (unsigned spin = 0;; ++spin) {
     if (test()) return;
+    if (nap.count() || spin % 64 == 63) {
+      const auto now = Clock::now();
+      if (t_timed && now >= t_deadline) expire(n, r, what);
+      if (now - start > kSpin) {
+        nap = std::min(nap + kNap, kMaxNap);
+        std::this_thread::sleep_for(nap);
+        continue;
+      }
+    }
     if (yield) sched_yield();
-    if (t_timed && spin % 64 == 63 && Clock::now() >= t_deadline) expire(n, r, what);
   }
 }
 
@@ -104,6 +123,36 @@ int timed_out_keyval() {
 
 }  // namespace
 
+namespace {
+
+int copy_timeout(MPI_Comm, int, void*, void* in, void* out, int* flag) {
+  *static_cast<void**>(out) = new double(*static_cast<double*>(in));
+  *flag = 1;
+  return MPI_SUCCESS;
+}
+int free_timeout(MPI_Comm, int, void* value, void*) {
+  delete static_cast<double*>(value);
+  return MPI_SUCCESS;
+}
+int timeout_keyval() {
+  static Keyval key(free_timeout, copy_timeout);
+  return key.get();
+}
+
+}  // namespace
+
+double timeout_of(MPI_Comm comm, double configured) {
+  if (comm == MPI_COMM_NULL) return configured;
+  void* value = nullptr;
+  int found = 0;
+  mpi_check(PMPI_Comm_get_attr(comm, timeout_keyval(), &value, &found), "MPI_Comm_get_attr");
+  return found ? *static_cast<double*>(value) : configured;
+}
+
+void set_timeout(MPI_Comm comm, double seconds) {
+  mpi_check(PMPI_Comm_set_attr(comm, timeout_keyval(), new double(seconds)), "MPI_Comm_set_attr");
+}
+
 bool timed_out(MPI_Comm comm) {
   void* value = nullptr;
   int found = 0;
@@ -122,10 +171,10 @@ CallScope::CallScope(const Config& c, MPI_Comm comm) : outer_(t_depth == 0), cac
                                       "again; free it and use a new one");
   ++t_depth;
   t_expired = false;
-  t_timed = c.timeout_s > 0;
-  t_seconds = c.timeout_s;
+  t_seconds = timeout_of(comm, c.timeout_s);
+  t_timed = t_seconds > 0;
   if (t_timed) t_deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                                 std::chrono::duration<double>(c.timeout_s));
+                                                 std::chrono::duration<double>(t_seconds));
 }
 
 CallScope::~CallScope() {

@@ -13,7 +13,8 @@
 namespace mpicomp {
 
 // Set up by every top-level call (a collective, send, recv, reject) for its duration: its
-// deadline, and on return the bound on the scratch memory its thread keeps (scratch.h).
+// deadline (Config::timeout_s, or the communicator's own: set_timeout), and on return the
+// bound on the scratch memory its thread keeps (scratch.h).
 // Calls made inside one (via_host's) keep the outer deadline. A collective's communicator
 // (`comm`) on which a call timed out is marked: messages of that call may still arrive and
 // would match the next call's, so every later call on it raises at once.
@@ -42,6 +43,13 @@ class Posted {
   Posted(const Posted&) = delete;
   Posted& operator=(const Posted&) = delete;
 };
+
+// Calls on comm (and on communicators duplicated from it afterwards) wait at most `seconds`
+// (0: no limit) whatever Config::timeout_s says: a torch process group's timeout, an
+// optimizer's. Local.
+void set_timeout(MPI_Comm comm, double seconds);
+// comm's own timeout if set_timeout gave it one, else `configured`.
+double timeout_of(MPI_Comm comm, double configured);
 
 // Whether a call on comm timed out. Such a communicator is never freed (by mpicomp, its
 // owner): MPI may reuse a freed communicator's context for a new one, and the timed-out call's

@@ -38,16 +38,19 @@ inline MPI_Datatype mpi_type(DType t) {
 // leave one communicator's value under the key that is then lost). One static per use.
 class Keyval {
  public:
-  explicit Keyval(MPI_Comm_delete_attr_function* del = MPI_COMM_NULL_DELETE_FN) : del_(del) {}
+  explicit Keyval(MPI_Comm_delete_attr_function* del = MPI_COMM_NULL_DELETE_FN,
+                  MPI_Comm_copy_attr_function* copy = MPI_COMM_NULL_COPY_FN)
+      : del_(del), copy_(copy) {}
   int get() {
     std::call_once(once_, [this] {
-      mpi_check(PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, del_, &id_, nullptr), "MPI_Comm_create_keyval");
+      mpi_check(PMPI_Comm_create_keyval(copy_, del_, &id_, nullptr), "MPI_Comm_create_keyval");
     });
     return id_;
   }
 
  private:
   MPI_Comm_delete_attr_function* del_;
+  MPI_Comm_copy_attr_function* copy_;
   std::once_flag once_;
   int id_ = MPI_KEYVAL_INVALID;
 };

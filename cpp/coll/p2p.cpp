@@ -139,7 +139,9 @@ size_t nsegs(size_t n, size_t seg) { return (n + seg - 1) / seg; }
 }  // namespace
 
 void send(MPI_Comm comm, const void* x, int dest, int tag, const CollArgs& a) {
-  const Config cfg = config();
+  Config cfg = config();
+  cfg.timeout_s = timeout_of(comm, cfg.timeout_s);
+  // Not marked when it times out: its requests are cancelled, the communicator stays usable.
   CallScope scope(cfg);
   const auto t0 = std::chrono::steady_clock::now();
   Header h{kMagic, 0, 0, 0, 0, p2p_signature(a, cfg)};
@@ -193,7 +195,9 @@ void send(MPI_Comm comm, const void* x, int dest, int tag, const CollArgs& a) {
 }
 
 void recv(MPI_Comm comm, void* y, int source, int tag, const CollArgs& a) {
-  const Config cfg = config();
+  Config cfg = config();
+  cfg.timeout_s = timeout_of(comm, cfg.timeout_s);
+  // Not marked when it times out: its requests are cancelled, the communicator stays usable.
   CallScope scope(cfg);
   // Room for the largest eager payload any sender may attach (all ranks share the config).
   const int room = int(sizeof(Header) + cfg.eager_bytes);

@@ -9,6 +9,7 @@
 from mpi4py import MPI  # noqa: F401
 
 from . import _core, powersgd
+from ._comm import set_timeout
 from .codecs import Codec, available_codecs, codec
 from .collectives import (Request, allgather, allreduce, iallgather, iallreduce, ireduce_scatter, recv,
                           reduce_scatter, send)
@@ -24,7 +25,7 @@ __all__ = [
     "Codec", "codec", "available_codecs",
     "allreduce", "reduce_scatter", "allgather", "iallreduce", "ireduce_scatter", "iallgather", "Request", "send",
     "recv",
-    "ErrorFeedback", "powersgd", "config", "node_comms", "node_layout", "NodeLayout", "stats", "reset_stats",
-    "stats_table",
+    "ErrorFeedback", "powersgd", "config", "set_timeout", "node_comms", "node_layout", "NodeLayout", "stats",
+    "reset_stats", "stats_table",
     "MpicompError", "CodecError", "ShapeMismatchError", "BackendError", "ArgumentError", "CommTimeoutError",
 ]

@@ -6,6 +6,7 @@ the duplicate is freed with the user's communicator. Non-blocking calls get a se
 duplicate and one worker thread per communicator, which runs them in the order they were
 started, the same order on every rank (as MPI requires of non-blocking collectives)."""
 
+import datetime
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -14,7 +15,7 @@ from mpi4py import MPI
 from . import _core
 from .errors import ArgumentError
 
-__all__ = ["private", "worker", "known"]
+__all__ = ["private", "worker", "known", "set_timeout"]
 
 _lock = threading.Lock()
 _keyval = None
@@ -102,3 +103,23 @@ def worker(comm):
         ctx.async_comm = _dup(comm)
         ctx.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mpicomp")
     return ctx.async_comm, ctx.executor
+
+
+def set_timeout(comm, seconds):
+    """mpicomp's calls on ``comm`` wait at most ``seconds`` (a number or a
+    ``datetime.timedelta``; 0: no limit) for the other ranks, then raise CommTimeoutError,
+    whatever ``config.timeout_s`` says: one communicator's timeout, as a torch process group
+    has its own. Local (no communication); set it on every rank."""
+    if isinstance(seconds, datetime.timedelta):
+        seconds = seconds.total_seconds()
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds <= 1e9:
+        raise ArgumentError(f"set_timeout: seconds must be a number in [0, 1e9] (0: no limit), got {seconds!r}")
+    if not isinstance(comm, MPI.Comm) or comm == MPI.COMM_NULL:
+        raise ArgumentError(f"set_timeout: comm must be an mpi4py communicator, got {comm!r}")
+    # On comm itself (send/recv use it; its later duplicates inherit it) and on the
+    # duplicates mpicomp made already.
+    ctx = known(comm)
+    for c in (comm, *((ctx.comm, ctx.async_comm) if ctx else ())):
+        if c is not None:
+            _core.set_timeout(c, float(seconds))
+

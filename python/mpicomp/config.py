@@ -40,13 +40,18 @@ attribute          environment variable        meaning
                                                other than codec "none" (below min_bytes,
                                                one rank, skip_local). Default 0.
 ``timeout_s``      ``MPICOMP_TIMEOUT``         seconds a call may wait for the other ranks
-                                               before it raises CommTimeoutError (a rank
-                                               that never arrives no longer hangs the
-                                               others). Default 0: no limit, as MPI. Not
-                                               covered: a communicator's first mpicomp
-                                               call, which makes its private duplicate
-                                               and node layout with MPI's own (blocking)
-                                               MPI_Comm_dup and MPI_Comm_split.
+                                               before it raises CommTimeoutError on every
+                                               rank that waits (a rank that never arrives
+                                               does not hang the others). Default 1800,
+                                               torch's process-group default (the
+                                               interposer: 0, no limit, as MPI); one
+                                               communicator's own: mpicomp.set_timeout.
+                                               0: no limit. A wait not done within 2 ms
+                                               sleeps between its polls. Not covered: a
+                                               communicator's first mpicomp call, which
+                                               makes its private duplicate and node layout
+                                               with MPI's own (blocking) MPI_Comm_dup and
+                                               MPI_Comm_split.
 ``cache_bytes``    ``MPICOMP_CACHE_BYTES``     scratch memory a thread keeps between calls;
                                                beyond it, buffers are freed after each
                                                call, largest first. Default 128 MiB.
@@ -144,6 +149,10 @@ class _Config:
 
 
 config = _Config()
+# A lost rank raises instead of hanging: torch's default process-group timeout, unless
+# MPICOMP_TIMEOUT says otherwise (read below).
+DEFAULT_TIMEOUT_S = 1800.0
+config.timeout_s = DEFAULT_TIMEOUT_S
 
 if "MPICOMP_COMPRESS_LOCAL" in os.environ:
     # Renamed with the default flipped: refusing it beats silently ignoring a setting.

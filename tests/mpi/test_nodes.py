@@ -219,6 +219,30 @@ def test_bytes_between_nodes_are_one_rth_of_flat(coll):
         assert abs(inter["flat"] / inter["auto"] - k) < 0.02 * k, (k, inter)
 
 
+@pytest.mark.parametrize("coll", ["allreduce", "reduce_scatter", "allgather"])
+@pytest.mark.parametrize("hierarchy", ["auto", "flat"])
+def test_the_bound_models_traffic_is_what_the_stats_count(coll, hierarchy):
+    """bench.bound.traffic (the %Bound column's and the scale model's bytes) against the bytes
+    each rank's messages carried, inside the node and between nodes, summed over ranks."""
+    from mpicomp.bench import bound
+
+    int8 = mpicomp.codec("int8")
+    for k in layouts():
+        if WORLD.size % k:
+            continue
+        comm = nodes_comm(k)
+        n = comm.size * 256 * 1024  # whole codec blocks in every part and tile
+        x = data(comm, n, 12).astype(np.float32)
+        mpicomp.reset_stats()
+        with config(hierarchy=hierarchy, segment_bytes=1 << 20):
+            getattr(mpicomp, coll)(x, comm=comm, codec="int8")
+        s = mpicomp.stats()[coll]
+        algorithm = "two_level" if hierarchy == "auto" else "flat"
+        inside, across = bound.traffic(coll, algorithm, n, comm.size, k, int8.encoded_bytes(n) / n)
+        got = comm.allreduce(np.array([s["bytes_intra"], s["bytes_inter"]], np.float64))
+        assert got == pytest.approx([comm.size * inside, comm.size * across], rel=1e-6), (k, got)
+
+
 @pytest.mark.parametrize("coll", ["reduce_scatter", "allgather"])
 def test_flat_reduce_scatter_and_allgather_count_bytes_by_node(coll):
     """Flat (asked for, or on nodes of unequal size): every peer's share counted by its node."""

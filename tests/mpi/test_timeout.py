@@ -56,12 +56,63 @@ def test_a_rank_that_never_arrives(timeout, coll, codec, n):
 
 
 def test_without_a_timeout_a_late_rank_is_waited_for():
-    """The default (0) waits as MPI does: a rank two timeouts late still meets the others."""
-    assert mpicomp.config.timeout_s == 0
-    if WORLD.Get_rank() == WORLD.Get_size() - 1:
-        time.sleep(2 * TIMEOUT)
-    y = mpicomp.allreduce(np.ones(1000, np.float32), comm=WORLD, codec="none")
+    """timeout_s 0 waits as MPI does: a rank two timeouts late still meets the others."""
+    old = mpicomp.config.timeout_s
+    mpicomp.config.timeout_s = 0
+    try:
+        if WORLD.Get_rank() == WORLD.Get_size() - 1:
+            time.sleep(2 * TIMEOUT)
+        y = mpicomp.allreduce(np.ones(1000, np.float32), comm=WORLD, codec="none")
+    finally:
+        mpicomp.config.timeout_s = old
     assert (y == WORLD.Get_size()).all()
+
+
+def test_python_waits_half_an_hour_by_default():
+    """torch's process-group default (the interposer has none: tests/test_pmpi_limits.py)."""
+    import os
+    if "MPICOMP_TIMEOUT" not in os.environ:
+        assert mpicomp.config.timeout_s == 1800
+
+
+def test_a_communicators_own_timeout_wins_and_its_duplicates_inherit_it():
+    """mpicomp.set_timeout(comm, s): calls on comm, and on duplicates made of it afterwards,
+    time out after s with no configured limit; calls on other communicators do not. A waiting
+    rank sleeps rather than spins (its CPU time stays well below the time it waited)."""
+    old = mpicomp.config.timeout_s
+    mpicomp.config.timeout_s = 0
+    try:
+        comm = WORLD.Dup()
+        mpicomp.set_timeout(comm, TIMEOUT)
+        dup = comm.Dup()
+        x = np.ones(100_000, np.float32)
+        for c in (comm, dup):
+            mpicomp.allreduce(x, comm=c, codec="int8")  # set-up
+        late = comm.Get_rank() == comm.Get_size() - 1
+        if not late:
+            for c in (comm, dup):
+                t0, cpu0 = time.perf_counter(), time.process_time()
+                with pytest.raises(mpicomp.CommTimeoutError, match=r"still waiting after 1 s"):
+                    mpicomp.allreduce(x, comm=c, codec="int8")
+                waited, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+                assert 0.9 * TIMEOUT <= waited < TIMEOUT + 10 and cpu < 0.5 * waited, (waited, cpu)
+        other = WORLD.Dup()  # no limit
+        if late:
+            time.sleep(3 * TIMEOUT)
+        assert (mpicomp.allreduce(x, comm=other, codec="int8") == WORLD.Get_size()).all()
+        WORLD.Barrier()
+        for c in (comm, dup, other):
+            c.Free()
+    finally:
+        mpicomp.config.timeout_s = old
+
+
+def test_set_timeout_checks_its_arguments():
+    for bad in (-1, "5", float("nan"), True):
+        with pytest.raises(mpicomp.ArgumentError, match="set_timeout"):
+            mpicomp.set_timeout(WORLD, bad)
+    with pytest.raises(mpicomp.ArgumentError, match="communicator"):
+        mpicomp.set_timeout(None, 1.0)
 
 
 @pytest.mark.parametrize("n", [10, 100_000])

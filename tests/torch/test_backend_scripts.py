@@ -95,3 +95,42 @@ def test_two_dimensional_device_mesh_at_four_ranks(tmp_path):
             total = float(sum(m + 1 for m in members))
             assert got[dim]["all_reduce"] == [total] * 3 and got[dim]["functional"] == [total] * 2
             assert got[dim]["gathered"] == [v + 10 * m for m in members for v in range(4)]
+
+
+GLOO = """
+import sys
+import torch.distributed as dist
+import mpicomp.optim  # noqa: F401  (imports mpicomp.torch, which registers the backend)
+import mpicomp.torch as mt
+if sys.argv[1] == "explicit":
+    mt.rendezvous_from_mpi()
+try:
+    dist.init_process_group("gloo")
+except ValueError as e:
+    print("torch's own rendezvous:", e)
+    sys.exit(0)
+print("gloo from MPI, rank", dist.get_rank(), "of", dist.get_world_size())
+dist.destroy_process_group()
+"""
+
+
+def test_importing_mpicomp_leaves_other_backends_rendezvous_alone(tmp_path):
+    """Importing mpicomp.optim or mpicomp.torch changes nothing for gloo: without rendezvous
+    variables its env:// rendezvous is torch's (which wants RANK); the named call
+    mt.rendezvous_from_mpi() makes it take them from MPI."""
+    clean = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")}
+    for mode, expected in (("implicit", "torch's own rendezvous"), ("explicit", "gloo from MPI, rank")):
+        r = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", GLOO, mode], capture_output=True, text=True,
+                           timeout=120, env=clean)
+        assert r.returncode == 0 and r.stdout.count(expected) == 2, r.stdout[-2000:] + r.stderr[-2000:]
+
+
+def test_the_backend_needs_mpi_thread_multiple():
+    script = ("import mpi4py; mpi4py.rc.thread_level = 'serialized'\n"
+              "import torch.distributed as dist, mpicomp, mpicomp.torch\n"
+              "try:\n"
+              "    dist.init_process_group('mpicomp', store=dist.HashStore(), rank=0, world_size=1)\n"
+              "except mpicomp.BackendError as e:\n"
+              "    print('refused:', e)\n")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert "refused:" in r.stdout and "MPI_THREAD_MULTIPLE" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]

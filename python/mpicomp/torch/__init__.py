@@ -8,11 +8,13 @@ compressed tensor- and pipeline-parallel layers, and the policy that picks a cod
     state, hook = mt.ddp_hook(codec=policy.codec("dp", "gradients"), comm=mesh.dp)
 
 Importing it also registers the torch.distributed backend "mpicomp" (backend.py):
-``torch.distributed.init_process_group("mpicomp")`` under mpiexec, for unmodified scripts.
+``torch.distributed.init_process_group("mpicomp")`` under mpiexec, for unmodified scripts,
+with rank, size and store from MPI. Other backends' rendezvous stay torch's own unless
+``rendezvous_from_mpi()`` is called.
 """
 
 from .backend import BackendOptions, ProcessGroupMpicomp, backend_options
-from .distributed import init_process_group
+from .distributed import init_process_group, rendezvous_from_mpi
 from .ddp import DDPHookState, GradientReducer, allreduce_gradients, compressed_allreduce_hook, ddp_hook
 from .mesh import Mesh
 from .pipeline import GPipe
@@ -22,7 +24,7 @@ from .tensor_parallel import (ColumnParallelLinear, RowParallelLinear, copy_to_t
 from .traffic import Traffic, traffic
 
 __all__ = [
-    "Mesh", "Policy", "init_process_group", "BackendOptions", "backend_options", "ProcessGroupMpicomp",
+    "Mesh", "Policy", "init_process_group", "rendezvous_from_mpi", "BackendOptions", "backend_options", "ProcessGroupMpicomp",
     "ddp_hook", "DDPHookState", "compressed_allreduce_hook", "GradientReducer", "allreduce_gradients",
     "ColumnParallelLinear", "RowParallelLinear", "copy_to_tensor_parallel", "reduce_from_tensor_parallel",
     "GPipe", "Traffic", "traffic",

@@ -19,6 +19,7 @@ uncompressed and exact. Every collective first agrees on count and dtype, so a t
 size differs between ranks raises ``ShapeMismatchError`` on every rank (through
 ``work.wait()``), never a hang, and the group stays usable.
 """
+import datetime
 import os
 import threading
 from collections import OrderedDict
@@ -30,10 +31,10 @@ from mpi4py import MPI
 
 import mpicomp
 
-from .. import _comm
+from .. import _comm, _waits
 from ..codecs import wire_codec
-from ..errors import ArgumentError, ShapeMismatchError
-from . import distributed
+from ..errors import ArgumentError, BackendError, CommTimeoutError, ShapeMismatchError
+from . import _futures, distributed
 
 __all__ = ["BackendOptions", "backend_options", "ProcessGroupMpicomp"]
 
@@ -87,13 +88,22 @@ def backend_options(**kwargs):
 
 class _Work(dist.Work):
     """A torch Work over a torch Future whose ``wait()`` raises the operation's error (the
-    Work of torch's ``_create_work_from_future`` reports success whatever the future holds)."""
+    Work of torch's ``_create_work_from_future`` reports success whatever the future holds),
+    and gives up after ``timeout`` (a timedelta, as torch's ``work.wait(timeout)``) with
+    CommTimeoutError, the operation still running."""
 
     def __init__(self, fut):
         super().__init__()
         self._fut = fut
 
     def wait(self, timeout=None):
+        seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else 0
+        if seconds > 0 and not self._fut.done():
+            done = threading.Event()
+            self._fut.add_done_callback(lambda _: done.set())
+            if not done.wait(seconds):
+                raise CommTimeoutError(f"mpicomp backend: work.wait: the operation has not completed after "
+                                       f"{seconds:g} s (it goes on; the group's own timeout ends it)")
         self._fut.wait()
         return True
 
@@ -102,6 +112,12 @@ class _Work(dist.Work):
 
     def is_completed(self):
         return self._fut.done()
+
+
+def _all(works, result):
+    """One Work for several started in order: done when all are, with ``result``, or with the
+    error of the first that failed (each still runs: the ranks' sequences stay aligned)."""
+    return _Work(_futures.all_of([w.get_future() for w in works], result))
 
 
 def _apart(x, out):
@@ -122,10 +138,19 @@ def _numpy(t):
 class ProcessGroupMpicomp(dist.ProcessGroup):
     """One torch process group over one MPI communicator (ranks in the same order)."""
 
-    def __init__(self, comm, options):
+    def __init__(self, comm, options, timeout_s=None):
         super().__init__(comm.Get_rank(), comm.Get_size())
         self.comm, self.options = comm, options
+        self._closed = self._timed_out = False
+        # The group's timeout (init_process_group's or new_group's timeout=): every operation
+        # on its communicators waits at most this long for the other ranks.
+        self.timeout_s = mpicomp.config.timeout_s if timeout_s is None else timeout_s
+        mpicomp.set_timeout(comm, self.timeout_s)
         self._acomm, self._executor = _comm.worker(comm)
+        # The worker's private duplicate and node layout are made now, while every rank makes
+        # the group, rather than in the group's first operation, where MPI's blocking
+        # MPI_Comm_dup would wait for a late rank without the group's timeout.
+        mpicomp.node_layout(self._acomm)
         self._feedback = OrderedDict()
         # Point-to-point on a communicator of its own: tags of the user's choosing never meet
         # the collectives' messages.
@@ -147,25 +172,25 @@ class ProcessGroupMpicomp(dist.ProcessGroup):
     # -- plumbing --------------------------------------------------------------------------
     def _done(self, req, result):
         """A Work completed when the mpicomp Request ``req`` is, with ``result`` (or its error)."""
-        fut = torch.futures.Future()
-
-        def finish(req):
-            try:
-                req.wait()
-                fut.set_result(result)
-            except Exception as e:  # noqa: BLE001 -- handed to whoever waits
-                fut.set_exception(e)
-
-        req.add_done_callback(finish)
-        return _Work(fut)
+        return _Work(_futures.from_request(req, lambda: result))
 
     def _exact(self, result, fn, *tensors):
-        """Runs fn(comm) on the worker, after the ranks agreed on the tensors' sizes."""
+        """Runs fn(comm) on the worker, after the ranks agreed on the tensors' sizes; comm's
+        collectives wait at most the group's timeout. After one timed out, the group's exact
+        operations raise at once (MPI cannot cancel it: its messages may still arrive)."""
         shapes = [(t.numel(), str(t.dtype)) for t in tensors]
 
         def run():
-            _agree(self._acomm, shapes)
-            fn(self._acomm)
+            if self._timed_out:
+                raise CommTimeoutError("mpicomp backend: an earlier operation of this group timed out; its messages "
+                                       "may still arrive, so the group is not used again: make a new one")
+            c = _Timed(self._acomm, self.timeout_s)
+            try:
+                _agree(c, shapes)
+                fn(c)
+            except CommTimeoutError:
+                self._timed_out = True
+                raise
 
         return self._done(mpicomp.Request(self._executor.submit(run)), result)
 
@@ -194,7 +219,7 @@ class ProcessGroupMpicomp(dist.ProcessGroup):
         return self._exact(tensors, lambda c: _reduce_in_place(c, t, op), t)
 
     def allreduce_coalesced(self, tensors, opts=None):
-        return [self.allreduce([t], opts) for t in tensors][-1]  # run in order: the last is the last done
+        return _all([self.allreduce([t], opts) for t in tensors], tensors)
 
     def reduce_scatter_single(self, out, inp, opts=None):
         op = _op(opts.reduceOp if opts else _RED.SUM)
@@ -215,8 +240,7 @@ class ProcessGroupMpicomp(dist.ProcessGroup):
         return self.reduce_scatter_single(out, torch.cat([p.reshape(-1) for p in parts]), opts)
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
-        works = [self.reduce_scatter_single(o, i, opts) for o, i in zip(outputs, inputs)]
-        return works[-1]
+        return _all([self.reduce_scatter_single(o, i, opts) for o, i in zip(outputs, inputs)], outputs)
 
     # -- gathers ---------------------------------------------------------------------------
     def all_gather_single(self, out, inp, opts=None):
@@ -229,17 +253,15 @@ class ProcessGroupMpicomp(dist.ProcessGroup):
     def allgather(self, output_lists, inputs, opts=None):
         (outs,), (inp,) = output_lists, inputs
         flat = torch.empty(len(outs) * inp.numel(), dtype=inp.dtype)
-        def scatter(done):
-            done.value()  # the gather's error, if any
+        def scatter(_):
             for o, part in zip(outs, flat.chunk(len(outs))):
                 o.copy_(part.view_as(o))
             return output_lists
 
-        return _Work(self.all_gather_single(flat, inp, opts).get_future().then(scatter))
+        return _Work(_futures.then(self.all_gather_single(flat, inp, opts).get_future(), scatter))
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
-        works = [self.all_gather_single(o, i, opts) for o, i in zip(outputs, inputs)]
-        return works[-1]
+        return _all([self.all_gather_single(o, i, opts) for o, i in zip(outputs, inputs)], outputs)
 
     # -- the rest: MPI, exact --------------------------------------------------------------
     def broadcast(self, tensors, opts=None):
@@ -290,7 +312,7 @@ class ProcessGroupMpicomp(dist.ProcessGroup):
         return self._exact(outputs, run, *inputs)
 
     def barrier(self, opts=None):
-        return self._done(mpicomp.Request(self._executor.submit(self._acomm.Barrier)), [])
+        return self._exact([], lambda c: c.Barrier())
 
     def alltoall_base(self, out, inp, out_splits, in_splits, opts=None):
         p = self.size()
@@ -309,14 +331,55 @@ class ProcessGroupMpicomp(dist.ProcessGroup):
 
     def recv(self, tensors, src, tag):
         (t,) = tensors
-        return self._p2p(self._p2p_comm.Irecv(_numpy(t), source=src, tag=tag), tensors)
+        return self._p2p(self._p2p_comm.Irecv(_numpy(t), source=src, tag=tag), tensors, recv=True)
 
-    def _p2p(self, req, result):
+    def _p2p(self, req, result, recv=False):
         # Point-to-point completes apart from the collectives' queue: a receive must not hold
-        # up the collectives started after it (torch's groups behave so).
+        # up the collectives started after it (torch's groups behave so). Its thread waits
+        # at most the group's timeout, then cancels the request; any error reaches wait().
         fut = torch.futures.Future()
-        threading.Thread(target=lambda: (req.Wait(), fut.set_result(result)), daemon=True).start()
+        timeout = self.timeout_s
+
+        def wait():
+            try:
+                _waits.wait(req, timeout, "mpicomp backend: send/recv (the group's timeout)")
+                fut.set_result(result)
+            except CommTimeoutError as e:
+                # A receive is cancelled: a late message must not land in a tensor given up
+                # on. A send cannot be taken back (MPI-4): it completes when matched.
+                if recv:
+                    req.Cancel()
+                    req.Wait()
+                fut.set_exception(e)
+            except Exception as e:  # noqa: BLE001 -- handed to whoever waits
+                fut.set_exception(e)
+
+        threading.Thread(target=wait, daemon=True).start()
         return _Work(fut)
+
+    # -- the end ---------------------------------------------------------------------------
+    def shutdown(self):
+        """Waits for the operations started, then frees the group's communicators
+        (``destroy_process_group`` calls it)."""
+        self._close(wait=True)
+
+    def abort(self):
+        """Drops the operations not yet started and leaves those running to MPI; the group's
+        communicators are not freed (MPI may still use them). Later operations raise."""
+        self._close(wait=False)
+
+    def _close(self, wait):
+        if self._closed:
+            return
+        self._closed = True
+        if not wait:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            return
+        if not MPI.Is_finalized():
+            # Freeing comm frees its private duplicates and stops its worker (mpicomp._comm).
+            for c in (self._p2p_comm, self.comm):
+                if c != MPI.COMM_NULL and c not in (MPI.COMM_WORLD, MPI.COMM_SELF):
+                    c.Free()
 
 
 def _op(reduce_op):
@@ -345,6 +408,27 @@ def _reduce_in_place(comm, t, op):
         t.copy_(work)
 
 
+class _Timed:
+    """A communicator whose collectives (``Allreduce``, ``Bcast``, ... and ``allgather`` of
+    objects) are posted non-blocking and waited for at most ``seconds``."""
+
+    def __init__(self, comm, seconds):
+        self._comm, self._seconds = comm, seconds
+
+    def Get_rank(self):
+        return self._comm.Get_rank()
+
+    def Get_size(self):
+        return self._comm.Get_size()
+
+    def allgather(self, obj):
+        return _waits.allgather(self._comm, obj, self._seconds, "mpicomp backend")
+
+    def __getattr__(self, name):  # Allreduce -> Iallreduce, waited for
+        start = getattr(self._comm, "I" + name[0].lower() + name[1:])
+        return lambda *args, **kwargs: _waits.wait(start(*args, **kwargs), self._seconds, f"mpicomp backend: {name}")
+
+
 def _agree(comm, shapes):
     """Raises ShapeMismatchError on every rank when the ranks' tensors differ in size or dtype."""
     mine = repr(shapes)
@@ -357,6 +441,10 @@ def _agree(comm, shapes):
 
 def _create(dist_opts, options):
     """The backend's creator (extended API): the group's MPI communicator, same rank order."""
+    if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
+        raise BackendError("mpicomp backend: MPI was initialised below MPI_THREAD_MULTIPLE, but the group runs MPI "
+                           "on its worker thread and send/recv threads: leave mpi4py.rc.thread_level at "
+                           "'multiple' (its default)")
     world = MPI.COMM_WORLD
     ranks = list(dist_opts.global_ranks_in_group)
     if not ranks:  # the default group: torch's ranks must be MPI's
@@ -371,9 +459,10 @@ def _create(dist_opts, options):
         group.Free()
     if not isinstance(options, BackendOptions):
         options = BackendOptions()
-    return ProcessGroupMpicomp(comm, options)
+    timeout = getattr(dist_opts, "timeout", None)
+    return ProcessGroupMpicomp(comm, options, timeout.total_seconds() if timeout else None)
 
 
 if "MPICOMP" not in dist.Backend._plugins:  # registered once per process, whoever imports first
     dist.Backend.register_backend("mpicomp", _create, extended_api=True, devices=["cpu"])
-    distributed.rendezvous_from_mpi()
+    distributed.install_rendezvous()  # init_process_group("mpicomp") only (distributed.py)

@@ -16,6 +16,7 @@ from mpi4py import MPI
 import mpicomp
 
 from .. import powersgd
+from . import _futures
 from ..codecs import PowerSGDCodec
 from ..errors import ArgumentError
 from .traffic import traffic
@@ -33,19 +34,30 @@ def _checked_comm(comm, who):
     return comm
 
 
-def _average(flat, comm, codec, feedback):
+def _average(flat, comm, codec, feedback, overlap=False):
     """Averages the contiguous tensor flat over comm in place: in GPU memory when mpicomp has
-    a usable GPU, else through host memory."""
+    a usable GPU, else through host memory. overlap: start it on mpicomp's worker thread
+    (``iallreduce``) and return a torch Future of flat that completes with it (or with its
+    error); otherwise return None once it is done."""
     traffic.allreduce(("dp", "gradients"), flat, comm.Get_size(), codec)
     # Scaled before the sum, as DDP scales gradients without a hook: codec "none" then
     # reproduces DDP's rounding.
     flat.mul_(1.0 / comm.Get_size())
-    if flat.device.type == "cpu" or (flat.is_cuda and mpicomp._core.cuda_available()):
-        mpicomp.allreduce(flat, comm=comm, codec=codec, out=flat, error_feedback=feedback)
-    else:
-        host = flat.cpu()
-        mpicomp.allreduce(host, comm=comm, codec=codec, out=host, error_feedback=feedback)
-        flat.copy_(host)
+    here = flat.device.type == "cpu" or (flat.is_cuda and mpicomp._core.cuda_available())
+    buf = flat if here else flat.cpu()
+    if not overlap:
+        mpicomp.allreduce(buf, comm=comm, codec=codec, out=buf, error_feedback=feedback)
+        if buf is not flat:
+            flat.copy_(buf)
+        return None
+    req = mpicomp.iallreduce(buf, comm=comm, codec=codec, out=buf, error_feedback=feedback)
+    return _futures.from_request(req, lambda: flat if buf is flat else flat.copy_(buf))
+
+
+def _completed(value):
+    fut = torch.futures.Future()
+    fut.set_result(value)
+    return fut
 
 
 def _copy_back(flat, grads):
@@ -69,8 +81,10 @@ class _WireBucket:
         _average(flat, comm, self.codec, self.feedback)
         _copy_back(flat, grads)
 
-    def hook(self, bucket, comm):
-        _average(bucket.buffer(), comm, self.codec, self.feedback)
+    def hook(self, bucket, comm, overlap):
+        """A Future of the averaged bucket buffer."""
+        buf = bucket.buffer()
+        return _average(buf, comm, self.codec, self.feedback, overlap) or _completed(buf)
 
 
 class _PowerSGDBucket:
@@ -82,20 +96,35 @@ class _PowerSGDBucket:
         self.states = [powersgd.PowerSGDState(**codec.options, error_feedback=error_feedback)
                        for _ in range(count)]
 
-    def average(self, grads, comm):
+    def average(self, grads, comm, overlap=False):
+        """Averages grads in place; overlap: returns a Future completed when all are done."""
         rest = [g for g, s in zip(grads, self.states) if not s.compresses(tuple(g.shape))]
+        futures, copies = [], []
         if rest:
             flat = torch.cat([g.reshape(-1) for g in rest])
-            _average(flat, comm, mpicomp.codec("none"), None)
-            _copy_back(flat, rest)
+            futures.append(_average(flat, comm, mpicomp.codec("none"), None, overlap))
+            copies.append(lambda: _copy_back(flat, rest))
         for g, s in zip(grads, self.states):
             if s.compresses(tuple(g.shape)):
                 m = g.contiguous()
-                _average(m, comm, s.codec, s)
-                g.copy_(m)
+                futures.append(_average(m, comm, s.codec, s, overlap))
+                if m is not g:
+                    copies.append(lambda g=g, m=m: g.copy_(m))
+        if not overlap:
+            for copy in copies:
+                copy()
+            return None
 
-    def hook(self, bucket, comm):
-        self.average(bucket.gradients(), comm)
+        def finish(_):
+            for copy in copies:
+                copy()
+
+        return _futures.then(_futures.all_of(futures, None), finish)
+
+    def hook(self, bucket, comm, overlap):
+        buf = bucket.buffer()
+        fut = self.average(bucket.gradients(), comm, overlap)
+        return _futures.then(fut, lambda _: buf) if fut is not None else _completed(buf)
 
 
 def _bucket(codec, count, error_feedback):
@@ -117,6 +146,11 @@ class DDPHookState:
             ``process_group=mesh.torch_group("dp")``.
         error_feedback: keep one mpicomp.ErrorFeedback per DDP bucket (what a lossy codec
             drops from a bucket is added to the same bucket next step).
+        overlap: True (default): the hook starts the bucket's allreduce on mpicomp's worker
+            thread and returns at once, so the backward pass goes on computing the next
+            buckets' gradients while this one travels (DDP's overlap, as torch's own hooks
+            keep it). False: the allreduce runs inside the hook, and the backward pass waits
+            for every bucket.
 
     Attributes:
         buckets: {bucket index: (ids of its parameters, its state)}: an ErrorFeedback
@@ -125,12 +159,13 @@ class DDPHookState:
             changed gets a fresh state.
     """
 
-    def __init__(self, codec="none", comm=MPI.COMM_WORLD, error_feedback=True):
+    def __init__(self, codec="none", comm=MPI.COMM_WORLD, error_feedback=True, overlap=True):
         self.codec = _checked_codec(codec)
         self.comm = _checked_comm(comm, "ddp_hook")
-        if not isinstance(error_feedback, bool):
-            raise ArgumentError(f"ddp_hook: error_feedback must be a bool, got {error_feedback!r}")
-        self.error_feedback = error_feedback
+        for name, flag in (("error_feedback", error_feedback), ("overlap", overlap)):
+            if not isinstance(flag, bool):
+                raise ArgumentError(f"ddp_hook: {name} must be a bool, got {flag!r}")
+        self.error_feedback, self.overlap = error_feedback, overlap
         self.buckets = {}
 
     def _bucket_of(self, bucket):
@@ -143,25 +178,24 @@ class DDPHookState:
 
 def compressed_allreduce_hook(state, bucket):
     """DDP communication hook: averages ``bucket.buffer()`` over ``state.comm`` with
-    ``state.codec`` (and error feedback) in place, and returns a completed Future of it.
+    ``state.codec`` (and error feedback) in place, and returns a Future of it.
 
-    Register with ``model.register_comm_hook(state, compressed_allreduce_hook)``. The
-    allreduce runs synchronously inside the hook: the rest of the backward pass waits for
-    it, trading DDP's overlap of communication and computation for fewer bytes.
+    Register with ``model.register_comm_hook(state, compressed_allreduce_hook)``. With
+    ``state.overlap`` (the default) the allreduce runs on mpicomp's worker thread
+    (``mpicomp.iallreduce``: the buckets in the order DDP hands them over, the same on every
+    rank) and the Future completes when it has, or fails with its error, which DDP raises
+    from the backward pass; otherwise it runs inside the hook and the Future is complete.
     """
-    state._bucket_of(bucket).hook(bucket, state.comm)
-    fut = torch.futures.Future()
-    fut.set_result(bucket.buffer())
-    return fut
+    return state._bucket_of(bucket).hook(bucket, state.comm, state.overlap)
 
 
-def ddp_hook(codec="none", comm=MPI.COMM_WORLD, error_feedback=True):
+def ddp_hook(codec="none", comm=MPI.COMM_WORLD, error_feedback=True, overlap=True):
     """(state, hook) for ``model.register_comm_hook(state, hook)`` on a
     torch.nn.parallel.DistributedDataParallel model (gloo on CPU, NCCL on GPU).
 
     Args: as :class:`DDPHookState`.
     """
-    return DDPHookState(codec, comm, error_feedback), compressed_allreduce_hook
+    return DDPHookState(codec, comm, error_feedback, overlap), compressed_allreduce_hook
 
 
 class GradientReducer:

@@ -43,7 +43,7 @@ def mpi_store(comm, timeout):
     return store
 
 
-def init_process_group(comm=None, backend="gloo", timeout=datetime.timedelta(minutes=5)):
+def init_process_group(comm=None, backend="gloo", timeout=datetime.timedelta(minutes=30)):
     """``torch.distributed.init_process_group`` with ``comm``'s ranks (default COMM_WORLD):
     torch rank i is ``comm`` rank i. Collective over ``comm``.
 
@@ -69,13 +69,31 @@ def init_process_group(comm=None, backend="gloo", timeout=datetime.timedelta(min
     return dist
 
 
-def rendezvous_from_mpi():
-    """Makes torch's ``env://`` rendezvous (``init_process_group``'s default) work under
-    mpiexec without MASTER_ADDR, MASTER_PORT, RANK or WORLD_SIZE: where MASTER_ADDR is unset
-    and MPI_COMM_WORLD has more than one rank, the store comes from :func:`mpi_store` and
-    rank and size from MPI (the rendezvous is collective, as init_process_group is). With
-    MASTER_ADDR set, torch's own handler runs. torch has no public way to replace a scheme's
-    handler, so this wraps the one in its registry."""
+_for_every_backend = False
+
+
+def _initialising_mpicomp():
+    """Whether the env:// rendezvous running now is one of init_process_group("mpicomp"):
+    torch's handler sees no backend, so it is read from init_process_group's frame."""
+    import sys
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "init_process_group" and code.co_filename.endswith("distributed_c10d.py"):
+            return "mpicomp" in str(frame.f_locals.get("backend", "")).lower()
+        frame = frame.f_back
+    return False
+
+
+def install_rendezvous():
+    """Wraps torch's ``env://`` handler (``init_process_group``'s default) so that
+    ``init_process_group("mpicomp")`` under mpiexec needs no MASTER_ADDR, MASTER_PORT, RANK or
+    WORLD_SIZE: where MASTER_ADDR is unset and MPI_COMM_WORLD has more than one rank, the
+    store comes from :func:`mpi_store` and rank and size from MPI. Every other rendezvous
+    (other backends, unless :func:`rendezvous_from_mpi` was called; MASTER_ADDR set) is
+    torch's own handler's, unchanged. torch has no public way to replace a scheme's handler,
+    so this wraps the one in its registry. Called when the backend is registered."""
     import sys
 
     import torch.distributed  # noqa: F401 -- loads torch.distributed.rendezvous
@@ -89,7 +107,8 @@ def rendezvous_from_mpi():
         from mpi4py import MPI
 
         world = MPI.COMM_WORLD
-        if os.environ.get("MASTER_ADDR") or world.Get_size() == 1:
+        ours = _for_every_backend or _initialising_mpicomp()
+        if not ours or os.environ.get("MASTER_ADDR") or world.Get_size() == 1:
             yield from torch_env(url, timeout, **kwargs)
             return
         yield mpi_store(world, timeout), world.Get_rank(), world.Get_size()
@@ -97,3 +116,12 @@ def rendezvous_from_mpi():
 
     env_or_mpi.mpicomp = True
     registry["env"] = env_or_mpi
+
+
+def rendezvous_from_mpi():
+    """Makes every backend's ``env://`` rendezvous (gloo's, nccl's) take rank, size and store
+    from MPI under mpiexec when MASTER_ADDR is unset, as ``init_process_group("mpicomp")``
+    always does: the one explicit line a plain script adds to run with gloo under mpiexec."""
+    global _for_every_backend
+    install_rendezvous()
+    _for_every_backend = True

@@ -2,7 +2,11 @@
 the default group is gloo (conftest's fixture), and groups of the "mpicomp" backend are made
 beside it with new_group. Each op, dtype and async form; subgroups; DDP and FSDP2 training
 equal to gloo's with codec none; mismatched sizes raising on every rank with the group
-usable afterwards; a lossy codec within its bound."""
+usable afterwards; a lossy codec within its bound; errors of coalesced operations and of
+send/recv reaching wait(), the group's timeout, work.wait(timeout) and the group's end."""
+import datetime
+import time
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -201,3 +205,98 @@ def test_a_lossy_codec_is_applied_and_counted(gloo):
         assert (x.double() - exact).abs().max() < 0.02 * N * N  # int8: about 1/127 of each block's max
     finally:
         mpicomp.config.min_bytes = old
+
+
+def test_coalesced_operations_raise_the_first_error_on_every_rank(groups):
+    """Each tensor's operation runs (the ranks stay in step); the Work raises the first error,
+    with its type, not only the last tensor's."""
+    _, mc = groups
+    for op in ("allreduce_coalesced", "reduce_scatter_tensor_coalesced", "allgather_into_tensor_coalesced"):
+        bad, good = torch.ones(N * (5 + RANK)), torch.ones(N * 4)
+        if op == "allreduce_coalesced":
+            work = mc.allreduce_coalesced([bad, good])
+        elif op == "reduce_scatter_tensor_coalesced":
+            outs = [torch.empty(5 + RANK), torch.empty(4)]
+            work = mc.reduce_scatter_tensor_coalesced(outs, [bad, good])
+        else:
+            outs = [torch.empty(N * N * (5 + RANK)), torch.empty(N * N * 4)]
+            work = mc.allgather_into_tensor_coalesced(outs, [bad, good])
+        with pytest.raises(mpicomp.ShapeMismatchError):
+            work.wait()
+    x = torch.ones(3)
+    dist.all_reduce(x, group=mc)
+    assert torch.equal(x, torch.full((3,), float(N)))
+
+
+def _timed_group(seconds):
+    return dist.new_group(backend="mpicomp", timeout=datetime.timedelta(seconds=seconds))
+
+
+def test_a_receive_nobody_matches_raises_at_the_groups_timeout(gloo):
+    g = _timed_group(1.5)
+    if RANK == 0 and N > 1:
+        t0 = time.perf_counter()
+        with pytest.raises(mpicomp.CommTimeoutError, match="send/recv"):
+            dist.recv(torch.empty(3), src=1, group=g, tag=9)
+        assert 1.4 < time.perf_counter() - t0 < 10
+    WORLD.Barrier()  # not the group's: the others would time out waiting for rank 0
+    # The receive was cancelled: the next message between the pair is the one sent now.
+    if RANK == 1:
+        dist.send(torch.arange(3.0), dst=0, group=g, tag=9)
+    elif RANK == 0 and N > 1:
+        got = torch.empty(3)
+        dist.recv(got, src=1, group=g, tag=9)
+        assert got.tolist() == [0.0, 1.0, 2.0]
+    dist.destroy_process_group(g)
+
+
+def test_work_wait_gives_up_after_its_timeout(gloo):
+    g = _timed_group(60)
+    late = RANK == N - 1
+    if late:
+        time.sleep(1.5)
+    work = dist.all_reduce(torch.ones(10), group=g, async_op=True)
+    if not late:
+        with pytest.raises(mpicomp.CommTimeoutError, match="work.wait"):
+            work.wait(timeout=datetime.timedelta(seconds=0.3))
+    work.wait()  # the operation went on
+    dist.destroy_process_group(g)
+
+
+@pytest.mark.parametrize("op", ["all_reduce", "broadcast", "barrier", "compressed"])
+def test_a_lost_rank_raises_at_the_groups_timeout(gloo, op):
+    """The last rank never joins: every other rank raises CommTimeoutError after the group's
+    timeout (exact operations through MPI, and the compressed ones through the core), and
+    the group refuses what follows; a new group works."""
+    g = _timed_group(1.0)
+    codec_group = dist.new_group(backend="mpicomp", timeout=datetime.timedelta(seconds=1.0),
+                                 pg_options=mt.backend_options(codec="int8"))
+    x = torch.ones(1 << 17)
+    run = {"all_reduce": lambda grp: dist.all_reduce(torch.ones(10, dtype=torch.int64), group=grp),
+           "broadcast": lambda grp: dist.broadcast(torch.ones(10), src=0, group=grp),
+           "barrier": lambda grp: dist.barrier(group=grp),
+           "compressed": lambda grp: dist.all_reduce(x, group=grp)}[op]
+    grp = codec_group if op == "compressed" else g
+    run(grp)  # set-up, all ranks
+    if RANK != N - 1:
+        t0 = time.perf_counter()
+        with pytest.raises(mpicomp.CommTimeoutError):
+            run(grp)
+        assert 0.9 < time.perf_counter() - t0 < 10
+        with pytest.raises(mpicomp.CommTimeoutError, match="earlier"):
+            run(grp)
+    WORLD.Barrier()
+    fresh = _timed_group(30)
+    y = torch.ones(4)
+    dist.all_reduce(y, group=fresh)
+    assert torch.equal(y, torch.full((4,), float(N)))
+    for h in (fresh,):
+        dist.destroy_process_group(h)
+
+
+def test_destroying_a_group_frees_its_communicators(gloo):
+    g = dist.new_group(backend="mpicomp")
+    dist.all_reduce(torch.ones(2), group=g)
+    comm, p2p = g.comm, g._p2p_comm
+    dist.destroy_process_group(g)
+    assert comm == MPI.COMM_NULL and p2p == MPI.COMM_NULL

@@ -1,5 +1,7 @@
 """The DDP hook against torch's own DDP over gloo, and allreduce_gradients against a float64
 mean exchanged with plain mpi4py."""
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -53,10 +55,10 @@ def test_exact_hook_matches_plain_ddp(gloo, codec):
                 torch.testing.assert_close(b, a, rtol=0, atol=4e-7 * a.abs().max().item())
 
 
-def train_toy(codec, error_feedback, steps=60):
+def train_toy(codec, error_feedback, steps=60, overlap=True):
     model = toy_model()
     m = ddp(model)
-    state, hook = mt.ddp_hook(codec=codec, comm=WORLD, error_feedback=error_feedback)
+    state, hook = mt.ddp_hook(codec=codec, comm=WORLD, error_feedback=error_feedback, overlap=overlap)
     m.register_comm_hook(state, hook)
     opt = torch.optim.SGD(m.parameters(), lr=0.1)
     x, y = toy_batch(0)
@@ -68,6 +70,63 @@ def train_toy(codec, error_feedback, steps=60):
         opt.step()
         losses.append(WORLD.allreduce(loss.item()) / N)
     return model, state, losses
+
+
+@pytest.mark.parametrize("codec", ["int8", "powersgd:rank=2"])
+def test_overlapped_hook_trains_as_the_blocking_one(gloo, codec):
+    """The same compressed allreduces, started on mpicomp's worker instead of inside the hook:
+    the same parameters, bit for bit, and the same losses."""
+    mpicomp.config.min_bytes = 0
+    runs = [train_toy(codec, True, steps=8, overlap=overlap) for overlap in (True, False)]
+    (m1, _, l1), (m2, _, l2) = runs
+    assert l1 == l2
+    for a, b in zip(m1.parameters(), m2.parameters()):
+        assert torch.equal(a, b)
+
+
+class _Bucket:
+    """What the hook reads of torch's GradBucket."""
+
+    def __init__(self, buffer, params):
+        self._buffer, self._params = buffer, params
+
+    def buffer(self):
+        return self._buffer
+
+    def index(self):
+        return 0
+
+    def parameters(self):
+        return self._params
+
+    def gradients(self):
+        return [self._buffer]
+
+
+def test_the_hook_returns_before_its_allreduce_is_done():
+    """overlap: the Future comes back at once while the last rank is still away, and completes
+    with the mean once it arrives."""
+    state, hook = mt.ddp_hook(codec="int8", comm=WORLD, error_feedback=False)
+    buf = torch.full((1 << 16,), float(RANK))
+    if RANK == N - 1:
+        time.sleep(0.5)
+    t0 = time.perf_counter()
+    fut = hook(state, _Bucket(buf, [torch.nn.Parameter(buf.clone())]))
+    returned = time.perf_counter() - t0
+    if RANK != N - 1:
+        assert returned < 0.2 and not fut.done(), returned
+    out = fut.wait()
+    assert out is buf and torch.allclose(buf, torch.full_like(buf, (N - 1) / 2), atol=0.02)
+
+
+def test_an_error_in_an_overlapped_bucket_reaches_its_future():
+    state, hook = mt.ddp_hook(codec="int8", comm=WORLD, error_feedback=False)
+    buf = torch.ones((1 << 16) + RANK)  # a different size on every rank
+    fut = hook(state, _Bucket(buf, [torch.nn.Parameter(buf.clone())]))
+    with pytest.raises(mpicomp.ShapeMismatchError):
+        fut.wait()
+    ok = hook(state, _Bucket(torch.ones(1 << 16), [torch.nn.Parameter(torch.ones(1))]))
+    assert torch.allclose(ok.wait(), torch.ones(1 << 16), atol=0.01)  # the communicator still works
 
 
 def test_sign_with_error_feedback_still_learns(gloo):

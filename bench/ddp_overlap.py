@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""DDP's overlap of gradient communication with the backward pass, with mpicomp's hook started
+on its worker (overlap, the default) against the hook that allreduces inside itself
+(blocking), the "mpicomp" torch backend with the same codec, and gloo without compression:
+time per step and loss, each run after the other in one invocation. Writes
+bench/results/ddp-overlap-NAME.{json,md}.
+
+    bench/ddp_overlap.py NAME [--np 2] [--netem 1gbit] [--codec int8] [--bucket-mb 1] -- MODEL_FLAGS...
+
+MODEL_FLAGS: examples/torch_distributed.py's model and data flags (--width, --layers,
+--heads, --context, --batch, --steps, --lr). Every rank computes on one thread, so a step's
+backward compute can hide the buckets' communication only if the communication waits rather
+than computes. Time per step: the median over the steps after the first 5 (rank 0's clock).
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MODES = ("gloo", "hook-blocking", "hook", "backend")
+
+
+def worker(argv):
+    """One training run, under mpiexec: --run MODE --codec C --bucket-mb B --json PATH + model flags."""
+    p = argparse.ArgumentParser()
+    p.add_argument("--run", choices=MODES)
+    p.add_argument("--codec")
+    p.add_argument("--bucket-mb", type=float)
+    p.add_argument("--json")
+    for name, kind, default in (("width", int, 128), ("layers", int, 2), ("heads", int, 4), ("context", int, 64),
+                                ("batch", int, 16), ("steps", int, 30), ("lr", float, 1e-3)):
+        p.add_argument(f"--{name}", type=kind, default=default)
+    a = p.parse_args(argv)
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+
+    import mpicomp
+    import mpicomp.torch as mt
+
+    sys.path.insert(0, str(ROOT / "examples"))
+    from torch_distributed import ByteLM
+    from train_gpt import load_corpus
+
+    torch.set_num_threads(1)
+    if a.run == "backend":
+        os.environ.update(MPICOMP_CODEC=a.codec, MPICOMP_ERROR_FEEDBACK="1")
+    mt.init_process_group(backend="mpicomp" if a.run == "backend" else "gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = torch.nn.parallel.DistributedDataParallel(ByteLM(a.width, a.layers, a.heads, a.context),
+                                                      bucket_cap_mb=a.bucket_mb)
+    if a.run.startswith("hook"):
+        model.register_comm_hook(*mt.ddp_hook(codec=a.codec, comm=mpicomp.MPI.COMM_WORLD, error_feedback=True,
+                                              overlap=a.run == "hook"))
+    opt = torch.optim.AdamW(model.parameters(), lr=a.lr)
+    data = load_corpus(2_000_000)
+    losses, seconds = [], []
+    for step in range(a.steps):
+        rng = np.random.default_rng([step, rank])
+        rows = np.stack([data[s:s + a.context + 1] for s in rng.integers(0, data.size - a.context - 1, a.batch)])
+        batch = torch.from_numpy(rows.astype(np.int64))
+        begin = time.perf_counter()
+        loss = F.cross_entropy(model(batch[:, :-1]).reshape(-1, 256), batch[:, 1:].reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        seconds.append(time.perf_counter() - begin)
+        losses.append(mpicomp.MPI.COMM_WORLD.allreduce(loss.item()) / dist.get_world_size())
+    if rank == 0:
+        params = sum(p.numel() for p in model.parameters())
+        Path(a.json).write_text(json.dumps({"losses": losses, "step_seconds": seconds, "parameters": params}))
+    del model, opt
+    dist.destroy_process_group()
+
+
+def run(a, mode, flags, tmp):
+    log = Path(tmp) / f"{mode}.json"
+    cmd = [str(Path(sys.executable).parent / "mpiexec"), "-n", str(a.np), sys.executable, __file__, "--run", mode,
+           "--codec", a.codec, "--bucket-mb", str(a.bucket_mb), "--json", str(log), *flags]
+    if a.netem:
+        cmd = [sys.executable, str(ROOT / "bench" / "netem"), "--rate", a.netem, "--", *cmd]
+    print("#", " ".join(cmd), flush=True)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
+    if r.returncode:
+        sys.exit(f"{mode} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+    out = json.loads(log.read_text())
+    out["ms_per_step"] = statistics.median(out["step_seconds"][5:] or out["step_seconds"]) * 1e3
+    return out
+
+
+def main():
+    if "--run" in sys.argv:
+        return worker(sys.argv[1:])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("name", help="results go to bench/results/ddp-overlap-NAME.{json,md}")
+    p.add_argument("--np", type=int, default=2, help="ranks")
+    p.add_argument("--netem", default=None, help="emulated link rate, e.g. 1gbit (needs root)")
+    p.add_argument("--codec", default="int8", help="the hook's and the backend's codec")
+    p.add_argument("--bucket-mb", type=float, default=1.0, help="DDP's bucket_cap_mb: several buckets to overlap")
+    argv = sys.argv[1:]
+    cut = argv.index("--") if "--" in argv else len(argv)
+    a = p.parse_args(argv[:cut])
+    flags = argv[cut + 1:]
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = {mode: run(a, mode, flags, tmp) for mode in MODES}
+    gloo, blocking = runs["gloo"]["ms_per_step"], runs["hook-blocking"]["ms_per_step"]
+    rows = [dict(mode=m, ms=r["ms_per_step"], vs_gloo=gloo / r["ms_per_step"], vs_blocking=blocking / r["ms_per_step"],
+                 final_loss=r["losses"][-1]) for m, r in runs.items()]
+    summary = {"command": " ".join(sys.argv), "np": a.np, "netem": a.netem, "codec": a.codec,
+               "bucket_mb": a.bucket_mb, "flags": flags, "parameters": runs["gloo"]["parameters"], "runs": rows,
+               "losses": {m: r["losses"] for m, r in runs.items()}}
+    out = ROOT / "bench" / "results" / f"ddp-overlap-{a.name}"
+    out.with_suffix(".json").write_text(json.dumps(summary, indent=1))
+    lines = [f"`{summary['command']}` ({summary['parameters']} parameters)", "",
+             "| DDP with | ms/step | speed-up over gloo | over the blocking hook | final loss |",
+             "|---|---|---|---|---|"]
+    names = {"gloo": "gloo, no hook", "hook-blocking": f"mpicomp hook {a.codec}, blocking",
+             "hook": f"mpicomp hook {a.codec}, overlapped", "backend": f"mpicomp backend {a.codec}"}
+    for r in rows:
+        lines.append(f"| {names[r['mode']]} | {r['ms']:.1f} | {r['vs_gloo']:.2f}x | {r['vs_blocking']:.2f}x | "
+                     f"{r['final_loss']:.4f} |")
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
