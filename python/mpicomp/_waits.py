@@ -1,6 +1,6 @@
 """MPI calls made from Python (mpi4py) that wait at most a timeout, as the core's do: the
 exact operations of the torch backend and the agreements above the core. Each posts a
-non-blocking call and polls it, sleeping between polls once 2 ms have passed (a rank whose
+non-blocking call and polls it, sleeping between polls once 0.1 ms has passed (a rank whose
 peer is late or gone does not hold a core for the whole timeout), and raises
 CommTimeoutError when the time is up. A collective request cannot be cancelled (MPI): its
 communicator must not be used again, which the callers see to."""
@@ -25,7 +25,7 @@ def wait(request, seconds, what):
         if seconds and elapsed >= seconds:
             raise CommTimeoutError(f"{what}: still waiting after {seconds:g} s: a rank of the communicator has not "
                                    f"reached this call, or has stopped in it")
-        if elapsed > 2e-3:
+        if elapsed > 1e-4:
             nap = min(nap + 1e-5, 1e-3)
             time.sleep(nap)
 

@@ -46,7 +46,7 @@ attribute          environment variable        meaning
                                                torch's process-group default (the
                                                interposer: 0, no limit, as MPI); one
                                                communicator's own: mpicomp.set_timeout.
-                                               0: no limit. A wait not done within 2 ms
+                                               0: no limit. A wait not done within 0.1 ms
                                                sleeps between its polls. Not covered: a
                                                communicator's first mpicomp call, which
                                                makes its private duplicate and node layout
