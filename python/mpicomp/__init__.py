@@ -14,7 +14,8 @@ from .codecs import Codec, available_codecs, codec
 from .collectives import (Request, allgather, allreduce, iallgather, iallreduce, ireduce_scatter, recv,
                           reduce_scatter, send)
 from .config import config
-from .errors import ArgumentError, BackendError, CodecError, CommTimeoutError, MpicompError, ShapeMismatchError
+from .errors import (ArgumentError, BackendError, CheckpointError, CodecError, CommTimeoutError, MpicompError,
+                     RankFailedError, ShapeMismatchError)
 from .feedback import ErrorFeedback
 from .nodes import NodeLayout, node_comms, node_layout
 from .stats import reset_stats, stats, stats_table
@@ -28,4 +29,5 @@ __all__ = [
     "ErrorFeedback", "powersgd", "config", "set_timeout", "node_comms", "node_layout", "NodeLayout", "stats",
     "reset_stats", "stats_table",
     "MpicompError", "CodecError", "ShapeMismatchError", "BackendError", "ArgumentError", "CommTimeoutError",
+    "CheckpointError", "RankFailedError",
 ]

@@ -5,7 +5,8 @@ with the other ranks, so every rank raises (the others :class:`ShapeMismatchErro
 of waiting forever for the rank that gave up.
 """
 
-__all__ = ["MpicompError", "CodecError", "ShapeMismatchError", "BackendError", "ArgumentError", "CommTimeoutError"]
+__all__ = ["MpicompError", "CodecError", "ShapeMismatchError", "BackendError", "ArgumentError", "CommTimeoutError",
+           "CheckpointError", "RankFailedError"]
 
 
 class MpicompError(Exception):
@@ -35,3 +36,14 @@ class CommTimeoutError(BackendError, TimeoutError):
 class ArgumentError(MpicompError, ValueError):
     """An argument that is neither a codec nor a shape problem: bad op, non-contiguous or
     unsupported array, wrong communicator type."""
+
+
+class CheckpointError(MpicompError, ValueError):
+    """A checkpoint (an optimizer's state_dict or saved file) that cannot be loaded: not one
+    of this optimizer's, unreadable or corrupt, or made for another model, optimizer class or
+    configuration. Raised on every rank that loads it."""
+
+
+class RankFailedError(MpicompError, RuntimeError):
+    """Raised on the other ranks when one rank failed inside a step (its closure raised):
+    every rank stops there instead of waiting for the one that gave up."""

@@ -9,7 +9,7 @@ torch, which ``import mpicomp`` does not):
     opt = AMSP(model, torch.optim.AdamW, shard=amsp.plan(...).shard, comm=mesh.dp, lr=3e-4)
 """
 
-from ._sharded import CheckpointError, RankFailedError
+from ..errors import CheckpointError, RankFailedError  # also here, beside the optimizers that raise them
 from . import amsp
 from .acco import ACCO
 from .amsp import AMSP

@@ -14,7 +14,7 @@ import os
 
 import torch
 
-from ..errors import ArgumentError, ShapeMismatchError
+from ..errors import ArgumentError, CheckpointError
 from ._agree import agree
 
 __all__ = ["FORMAT", "state_dict", "load_state_dict", "save", "load"]
@@ -40,21 +40,21 @@ def state_dict(opt):
 
 
 def _check(opt, ckpt, who, where):
-    """Raises ArgumentError / ShapeMismatchError when ckpt cannot be loaded into opt."""
+    """Raises CheckpointError when ckpt cannot be loaded into opt."""
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
-        raise ArgumentError(f"{who}: {where} is not a DiLoCo checkpoint (no {FORMAT!r} format tag)")
+        raise CheckpointError(f"{who}: {where} is not a DiLoCo checkpoint (no {FORMAT!r} format tag)")
     saved, mine = ckpt["config"], opt._config()
     if len(saved["shapes"]) != len(mine["shapes"]):
-        raise ShapeMismatchError(f"{who}: {where} is of another model: {len(saved['shapes'])} parameter tensors, "
-                                 f"this model has {len(mine['shapes'])}")
+        raise CheckpointError(f"{who}: {where} is of another model: {len(saved['shapes'])} parameter tensors, "
+                              f"this model has {len(mine['shapes'])}")
     for i, (a, b, da, db) in enumerate(zip(saved["shapes"], mine["shapes"], saved["dtypes"], mine["dtypes"])):
         if tuple(a) != tuple(b) or da != db:
-            raise ShapeMismatchError(f"{who}: {where} is of another model: parameter {i} is {tuple(a)} {da} there, "
-                                     f"{tuple(b)} {db} here")
+            raise CheckpointError(f"{who}: {where} is of another model: parameter {i} is {tuple(a)} {da} there, "
+                                  f"{tuple(b)} {db} here")
     for key in ("sync_every", "fragments", "codec", "error_feedback"):
         if saved[key] != mine[key]:
-            raise ArgumentError(f"{who}: {where} was written with {key}={saved[key]!r}, this DiLoCo has "
-                                f"{key}={mine[key]!r}")
+            raise CheckpointError(f"{who}: {where} was written with {key}={saved[key]!r}, this DiLoCo has "
+                                  f"{key}={mine[key]!r}")
 
 
 def _check_worker(opt, worker, who, where):
@@ -63,8 +63,8 @@ def _check_worker(opt, worker, who, where):
     groups = worker["optimizer"]["param_groups"]
     mine = opt.inner_optimizer.param_groups
     if [len(g["params"]) for g in groups] != [len(g["params"]) for g in mine]:
-        raise ShapeMismatchError(f"{who}: {where}: the inner optimizer there has parameter groups of sizes "
-                                 f"{[len(g['params']) for g in groups]}, this one {[len(g['params']) for g in mine]}")
+        raise CheckpointError(f"{who}: {where}: the inner optimizer there has parameter groups of sizes "
+                              f"{[len(g['params']) for g in groups]}, this one {[len(g['params']) for g in mine]}")
 
 
 def _apply(opt, common, worker):
@@ -149,16 +149,16 @@ def _read(opt, path, who):
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
-        return None, [], ArgumentError(f"{who}: no checkpoint at {where}")
+        return None, [], CheckpointError(f"{who}: no checkpoint at {where}")
     except Exception as e:  # torch reports truncation as RuntimeError, garbage as UnpicklingError...
-        return None, [], ArgumentError(f"{who}: {where} is not a readable checkpoint (truncated or corrupt?): "
-                                       f"{type(e).__name__}: {e}")
+        return None, [], CheckpointError(f"{who}: {where} is not a readable checkpoint (truncated or corrupt?): "
+                                         f"{type(e).__name__}: {e}")
     try:
         _check(opt, ckpt, who, where)
-    except (ArgumentError, ShapeMismatchError) as e:
+    except CheckpointError as e:
         return None, [], e
     except (KeyError, TypeError) as e:
-        return None, [], ArgumentError(f"{who}: {where} is not a DiLoCo checkpoint of this version ({e!r})")
+        return None, [], CheckpointError(f"{who}: {where} is not a DiLoCo checkpoint of this version ({e!r})")
     return ckpt, ckpt.pop("workers"), None
 
 
@@ -179,7 +179,7 @@ def load(opt, path):
     if common is not None and error is None:
         try:
             _check_worker(opt, worker, who, repr(os.fspath(path)))
-        except ShapeMismatchError as e:
+        except CheckpointError as e:
             error = e
     agree(who, opt._comms, error)  # rank 0's read error reaches every rank here
     _apply(opt, common, worker)

@@ -19,20 +19,11 @@ from mpi4py import MPI
 import mpicomp
 
 from ..codecs import wire_codec
-from ..errors import ArgumentError, MpicompError, ShapeMismatchError
+from ..errors import ArgumentError, CheckpointError, MpicompError, RankFailedError, ShapeMismatchError
 
 __all__ = ["ShardedOptimizer", "CheckpointError", "RankFailedError", "build_optimizer", "check_checkpoint"]
 
 _FORMAT = "mpicomp.optim/1"
-
-
-class CheckpointError(MpicompError, ValueError):
-    """A state_dict that is not a sharded-optimizer checkpoint, is corrupt, or belongs to
-    another model or optimizer class."""
-
-
-class RankFailedError(MpicompError, RuntimeError):
-    """Raised on the other ranks when one rank's closure raised during a step."""
 
 
 def agree(comm, who, error, signature, describe=lambda s: repr(s)):

@@ -204,7 +204,7 @@ class DiLoCo:
         return dict(self._config(), inner_step=self.inner_step)
 
     def _config(self):
-        return {"sync_every": self.sync_every, "fragments": self.fragments, "codec": self.codec.name,
+        return {"sync_every": self.sync_every, "fragments": self.fragments, "codec": self.codec.spec,
                 "error_feedback": self.error_feedback, "overlap": [self.overlap, self.overlap_mix],
                 "shapes": [tuple(p.shape) for p in self.params],
                 "dtypes": [str(p.dtype) for p in self.params]}

@@ -156,6 +156,28 @@ def test_error_feedback_brings_lossy_gradients_back_to_the_exact_run(shard):
         mpicomp.config.min_bytes = saved
 
 
+def test_codec_options_are_applied():
+    """int4:block=32 runs with blocks of 32 (a scale per 32 elements: more bytes than int4's
+    default 256), not as plain int4."""
+    saved, mpicomp.config.min_bytes = mpicomp.config.min_bytes, 0
+    try:
+        sent = {}
+        for spec in ("int4", "int4:block=32"):
+            torch.manual_seed(0)
+            model = torch.nn.Sequential(torch.nn.Linear(256, 256))  # blocks of 256 fill every shard
+            opt = AMSP(model, torch.optim.SGD, shard=(1, 1, N), codec=spec, lr=0.05)
+            assert set(opt.wire.values()) == {spec}
+            mpicomp.reset_stats()
+            opt.zero_grad()
+            model(torch.randn(4, 256)).square().mean().backward()
+            opt.step()
+            sent[spec] = sum(s["bytes_wire"] for s in mpicomp.stats().values())
+        # Per element: 0.5 byte + a 4-byte scale per block: 0.625 at 32, 0.516 at 256.
+        assert 1.15 < sent["int4:block=32"] / sent["int4"] < 1.25, sent
+    finally:
+        mpicomp.config.min_bytes = saved
+
+
 def test_codec_by_link():
     if N < 4:
         pytest.skip("two nodes of two ranks need 4 ranks")

@@ -262,12 +262,14 @@ def test_bad_checkpoints_raise_on_every_rank(tmp_path_shared):
     model = toy_model()
     for bad in (path + ".cut", path + ".junk", path + ".missing"):
         opt = DiLoCo(model, torch.optim.AdamW(model.parameters()), sync_every=2)
-        _raises_everywhere(mpicomp.ArgumentError, lambda: opt.load(bad), "checkpoint")
+        _raises_everywhere(mpicomp.CheckpointError, lambda: opt.load(bad), "checkpoint")
     other = torch.nn.Sequential(torch.nn.Linear(8, 4))
     opt = DiLoCo(other, torch.optim.AdamW(other.parameters()), sync_every=2)
-    _raises_everywhere(mpicomp.ShapeMismatchError, lambda: opt.load(path), "another model")
+    _raises_everywhere(mpicomp.CheckpointError, lambda: opt.load(path), "another model")
     opt = DiLoCo(model, torch.optim.AdamW(model.parameters()), sync_every=3)
-    _raises_everywhere(mpicomp.ArgumentError, lambda: opt.load(path), "sync_every=2")
+    _raises_everywhere(mpicomp.CheckpointError, lambda: opt.load(path), "sync_every=2")
+    opt = DiLoCo(model, torch.optim.AdamW(model.parameters()), sync_every=2, codec="int4:block=32")
+    _raises_everywhere(mpicomp.CheckpointError, lambda: opt.load(path), "codec")
 
 
 def test_bad_or_different_arguments_raise_on_every_rank():
@@ -277,6 +279,9 @@ def test_bad_or_different_arguments_raise_on_every_rank():
     _raises_everywhere(mpicomp.ShapeMismatchError, lambda: DiLoCo(model, sgd, sync_every=10 + (RANK == N - 1)),
                        "sync_every")
     _raises_everywhere(mpicomp.CodecError, lambda: DiLoCo(model, sgd, codec="int3" if RANK == 0 else "int8"))
+    if N > 1:  # the codec's options are part of it: int4 with blocks of 32 is not int4
+        _raises_everywhere(mpicomp.ShapeMismatchError,
+                           lambda: DiLoCo(model, sgd, codec="int4:block=32" if RANK == 0 else "int4"), "codec")
 
 
 class Boom(RuntimeError):

@@ -366,7 +366,7 @@ def _codecs(codec, who):
         raise ArgumentError(f"{who}: codec must be a codec spec or a dict with keys 'intra' and 'inter', got {codec!r}")
     out = {}
     for k, v in spec.items():
-        out[k] = wire_codec(v, f"{who}: codec[{k!r}]").name  # AMSP runs allgather and reduce-scatter
+        out[k] = wire_codec(v, f"{who}: codec[{k!r}]").spec  # with its options: int4:block=32 stays so
     return out
 
 
