@@ -1,5 +1,6 @@
 """MPI calls made from Python (mpi4py) that wait at most a timeout, as the core's do: the
-exact operations of the torch backend and the agreements above the core. Each posts a
+exact operations of the torch backend, the optimizers' own messages and the agreements
+above the core (mpicomp._agree). Each posts a
 non-blocking call and polls it, sleeping between polls once 0.1 ms has passed (a rank whose
 peer is late or gone does not hold a core for the whole timeout), and raises
 CommTimeoutError when the time is up. A collective request cannot be cancelled (MPI): its
@@ -12,7 +13,7 @@ from mpi4py import MPI
 
 from .errors import CommTimeoutError
 
-__all__ = ["wait", "allgather"]
+__all__ = ["wait", "allgather", "Timed"]
 
 
 def wait(request, seconds, what):
@@ -39,3 +40,68 @@ def allgather(comm, obj, seconds, what):
     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     wait(comm.Iallgatherv(data, [out, (sizes, offsets), MPI.BYTE]), seconds, what)
     return [pickle.loads(out[o:o + n].tobytes()) for o, n in zip(offsets, sizes)]
+
+
+class Timed:
+    """A communicator whose collectives wait at most ``seconds`` (None: config.timeout_s at
+    each call; 0: no limit): the buffer ones (``Allreduce``, ``Allgather``, ``Bcast``, ...,
+    ``Barrier``) posted non-blocking and polled, the object ones (``allgather``, ``bcast``,
+    ``gather``, ``scatter``) as pickled bytes the same way. ``comm`` is the communicator."""
+
+    def __init__(self, comm, seconds=None):
+        self.comm, self._seconds = comm, seconds
+
+    @property
+    def seconds(self):
+        if self._seconds is not None:
+            return self._seconds
+        from .config import config
+        return config.timeout_s
+
+    def Get_rank(self):
+        return self.comm.Get_rank()
+
+    def Get_size(self):
+        return self.comm.Get_size()
+
+    def __getattr__(self, name):  # Allreduce -> Iallreduce, waited for
+        if not name[:1].isupper():
+            raise AttributeError(name)
+        start = getattr(self.comm, "I" + name[0].lower() + name[1:])
+        return lambda *args, **kwargs: wait(start(*args, **kwargs), self.seconds, f"MPI_{name}")
+
+    def allgather(self, obj):
+        return allgather(self.comm, obj, self.seconds, "allgather")
+
+    def bcast(self, obj, root=0):
+        mine = self.comm.Get_rank() == root
+        data = np.frombuffer(pickle.dumps(obj), np.uint8) if mine else None
+        n = np.array([data.size if mine else 0], np.int64)
+        self.Bcast(n, root=root)
+        buf = data.copy() if mine else np.empty(int(n[0]), np.uint8)
+        self.Bcast(buf, root=root)
+        return pickle.loads(buf.tobytes())
+
+    def gather(self, obj, root=0):
+        data = np.frombuffer(pickle.dumps(obj), np.uint8)
+        mine = self.comm.Get_rank() == root
+        sizes = np.zeros(self.comm.Get_size(), np.int64)
+        self.Gather(np.array([data.size], np.int64), sizes if mine else None, root=root)
+        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        out = np.empty(int(sizes.sum()), np.uint8) if mine else None
+        self.Gatherv(data, [out, (sizes, offsets), MPI.BYTE] if mine else None, root=root)
+        return [pickle.loads(out[o:o + k].tobytes()) for o, k in zip(offsets, sizes)] if mine else None
+
+    def scatter(self, objs, root=0):
+        mine = self.comm.Get_rank() == root
+        parts = [np.frombuffer(pickle.dumps(o), np.uint8) for o in objs] if mine else []
+        sizes = np.array([p.size for p in parts], np.int64) if mine else None
+        n = np.zeros(1, np.int64)
+        self.Scatter(sizes, n, root=root)
+        buf = np.empty(int(n[0]), np.uint8)
+        send = None
+        if mine:
+            send = [np.concatenate(parts) if parts else np.empty(0, np.uint8),
+                    (sizes, np.concatenate([[0], np.cumsum(sizes)[:-1]])), MPI.BYTE]
+        self.Scatterv(send, buf, root=root)
+        return pickle.loads(buf.tobytes())

@@ -15,7 +15,7 @@ import os
 import torch
 
 from ..errors import ArgumentError, CheckpointError
-from ._agree import agree
+from .._agree import agree
 
 __all__ = ["FORMAT", "state_dict", "load_state_dict", "save", "load"]
 
@@ -116,8 +116,8 @@ def save(opt, path, data_position):
     elif not _plain(data_position):
         error = ArgumentError(f"{who}: data_position must be built of numbers, strings, lists and dicts, got "
                               f"{type(data_position).__name__}")
-    agree(who, opt._comms, error, opt._signature())
-    workers = opt.comm.gather(_worker(opt), root=0) if _root_group(opt) else None
+    agree(opt._comms, who, error, opt._signature())
+    workers = opt._workers.gather(_worker(opt), root=0) if _root_group(opt) else None
     if workers is not None:
         error = None
         try:
@@ -125,7 +125,7 @@ def save(opt, path, data_position):
                               layout="workers[i]: inner state of rank i of comm (island i)"))
         except OSError as e:
             error = ArgumentError(f"{who}: cannot write {os.fspath(path)!r}: {e}")
-    agree(who, opt._comms, error)
+    agree(opt._comms, who, error)
 
 
 def _write(path, obj):
@@ -166,7 +166,7 @@ def load(opt, path):
     who = "DiLoCo.load"
     common = worker = error = None
     if _root_group(opt):
-        comm = opt.comm
+        comm = opt._workers
         if comm.Get_rank() == 0:
             common, workers, error = _read(opt, path, who)
             slices = [workers[i] if i < len(workers) else None for i in range(comm.Get_size())]
@@ -175,12 +175,12 @@ def load(opt, path):
         common = comm.bcast(common, root=0)
         worker = comm.scatter(slices, root=0)
     if opt.inner_comm is not None:
-        common, worker = opt.inner_comm.bcast((common, worker), root=0)
+        common, worker = opt._island.bcast((common, worker), root=0)
     if common is not None and error is None:
         try:
             _check_worker(opt, worker, who, repr(os.fspath(path)))
         except CheckpointError as e:
             error = e
-    agree(who, opt._comms, error)  # rank 0's read error reaches every rank here
+    agree(opt._comms, who, error)  # rank 0's read error reaches every rank here
     _apply(opt, common, worker)
     return common.get("data_position")

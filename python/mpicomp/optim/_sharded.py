@@ -10,6 +10,7 @@ ranks raises on every rank, never a hang.
 """
 
 import time
+import weakref
 import zlib
 
 import numpy as np
@@ -19,6 +20,8 @@ from mpi4py import MPI
 import mpicomp
 
 from ..codecs import wire_codec
+from .._agree import agree
+from .._waits import Timed
 from ..errors import ArgumentError, CheckpointError, MpicompError, RankFailedError, ShapeMismatchError
 
 __all__ = ["ShardedOptimizer", "CheckpointError", "RankFailedError", "build_optimizer", "check_checkpoint"]
@@ -26,21 +29,16 @@ __all__ = ["ShardedOptimizer", "CheckpointError", "RankFailedError", "build_opti
 _FORMAT = "mpicomp.optim/1"
 
 
-def agree(comm, who, error, signature, describe=lambda s: repr(s)):
-    """Every rank learns whether any rank failed its local checks (error: the exception or
-    None) and whether all signatures are equal. Raises this rank's own error, else a
-    ShapeMismatchError naming the first rank that failed or differs."""
-    infos = comm.allgather((None if error is None else f"{type(error).__name__}: {error}", signature))
-    if error is not None:
-        raise error
-    for r, (message, _) in enumerate(infos):
-        if message is not None:
-            raise ShapeMismatchError(f"{who}: rank {r} rejected its arguments ({message})")
-    for r, (_, sig) in enumerate(infos):
-        if sig != infos[0][1]:
-            raise ShapeMismatchError(f"{who}: ranks disagree: rank 0 has {describe(infos[0][1])}, "
-                                     f"rank {r} has {describe(sig)}")
-    return infos
+def owned_dup(owner, comm):
+    """A duplicate of comm, freed when ``owner`` is garbage-collected (or at exit)."""
+    dup = comm.Dup()
+    weakref.finalize(owner, _free, dup)
+    return dup
+
+
+def _free(comm):
+    if not MPI.Is_finalized() and comm != MPI.COMM_NULL:
+        comm.Free()
 
 
 class Layout:
@@ -97,8 +95,9 @@ class ShardedOptimizer(torch.optim.Optimizer):
         if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
             raise ArgumentError(f"{who}: comm must be an mpi4py intra-communicator (e.g. mesh.dp), got {comm!r}")
         self.comm = comm
-        # Our own small messages (agreement, counts) never match the user's or mpicomp's.
-        self._meta = comm.Dup()
+        # Our own small messages (agreement, counts) never match the user's or mpicomp's, and
+        # wait at most config.timeout_s.
+        self._meta = Timed(owned_dup(self, comm))
         error, signature, groups = None, None, None
         try:
             if problem is not None:  # found by the subclass; still agreed on, so every rank raises
@@ -112,7 +111,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
             del inner_test
         except MpicompError as e:
             error = e
-        agree(self._meta, who, error, signature, _describe_signature)
+        agree([self._meta], who, error, signature, _describe_signature)
         super().__init__(groups, dict(opt_kwargs))
         self.grad_codec, self.param_codec = mpicomp.codec(grad_codec), mpicomp.codec(param_codec)
         self.error_feedback = error_feedback
@@ -283,7 +282,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
             self._check_checkpoint(state_dict)
         except MpicompError as e:
             error = e
-        agree(self._meta, who, error, None if error else state_dict["checksum"],
+        agree([self._meta], who, error, None if error else state_dict["checksum"],
               lambda c: f"a checkpoint with checksum {c}")
         lay = self._layout
         padded = torch.zeros(lay.padded)

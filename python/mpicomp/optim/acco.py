@@ -9,8 +9,9 @@ from mpi4py import MPI
 
 import mpicomp
 
-from ..errors import ArgumentError, MpicompError
-from ._sharded import RankFailedError, ShardedOptimizer
+from .. import _waits
+from ..errors import ArgumentError, BackendError, CommTimeoutError, MpicompError
+from ._sharded import RankFailedError, ShardedOptimizer, owned_dup
 
 __all__ = ["ACCO"]
 
@@ -69,6 +70,8 @@ class ACCO(ShardedOptimizer):
 
     Raises:
         ArgumentError / ShapeMismatchError: as ZeRO1.
+        BackendError: MPI initialised below MPI_THREAD_MULTIPLE (the communication thread
+            needs it).
         RankFailedError: on every other rank when one rank's closure raised (that rank
             raises its own exception); the parameters are then theta_t or theta_{t+1},
             equal on all ranks, and the next step starts afresh as the first one does.
@@ -76,6 +79,9 @@ class ACCO(ShardedOptimizer):
 
     def __init__(self, params, optimizer_class, comm=MPI.COMM_WORLD, min_micro_batches=1, max_micro_batches=None,
                  grad_codec="none", param_codec="none", error_feedback=False, **opt_kwargs):
+        if MPI.Query_thread() < MPI.THREAD_MULTIPLE:  # the same on every rank: all raise here
+            raise BackendError("ACCO: its communication thread needs MPI_THREAD_MULTIPLE, but MPI was initialised "
+                               "below it: leave mpi4py.rc.thread_level at 'multiple' (its default)")
         bad = None
         if isinstance(min_micro_batches, bool) or not isinstance(min_micro_batches, int) or min_micro_batches < 1:
             bad = f"min_micro_batches must be a positive int, got {min_micro_batches!r}"
@@ -92,7 +98,7 @@ class ACCO(ShardedOptimizer):
         self._acc = 0  # index of the buffer the closure's gradients are summed into
         lossy = error_feedback and not self.grad_codec.exact
         self.feedback = [mpicomp.ErrorFeedback() if lossy else None for _ in range(2)]
-        self._worker_comm = comm.Dup()
+        self._worker_comm = owned_dup(self, comm)
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mpicomp-acco")
         self._started = False
         self._first_half = None  # (reduced shard sum of g~_t, its micro-batch count)
@@ -155,15 +161,20 @@ class ACCO(ShardedOptimizer):
         # rank that gets there first keeps computing micro-batches while the others catch
         # up (a non-blocking barrier tells it when), so a slow rank adds fewer micro-batches
         # instead of making the others idle.
+        # A rank that never arrives ends the round after the timeout (config.timeout_s),
+        # counted from this rank's barrier: CommTimeoutError below, not micro-batches forever.
+        timeout, since = self._meta.seconds, None
         while limit is None or n < limit:
+            if future is not None and future.done() and future.exception() is not None:
+                break
             if ready is None and n >= self.min_micro_batches and (future is None or future.done()):
-                ready = self._meta.Ibarrier()
+                ready, since = self._meta.comm.Ibarrier(), time.perf_counter()
                 # The last rank to get here would otherwise start one more micro-batch
                 # before the barrier's messages arrive: give them a moment.
                 deadline = time.perf_counter() + _BARRIER_GRACE_S
                 while not ready.Test() and time.perf_counter() < deadline:
                     pass
-            if ready is not None and ready.Test():
+            if ready is not None and (ready.Test() or (timeout and time.perf_counter() - since > timeout)):
                 break
             try:
                 stats["loss_sum"] += self._micro_batch(closure)
@@ -176,13 +187,17 @@ class ACCO(ShardedOptimizer):
         if future is not None:
             try:
                 result = future.result()
+            except CommTimeoutError:
+                self._started = False
+                raise  # a rank is lost: nobody to agree with
             except MpicompError as e:
                 comm_error = e
         if commit and result is not None:
             self._layout.write_params(result)
         if ready is None:
-            ready = self._meta.Ibarrier()
-        ready.Wait()
+            ready, since = self._meta.comm.Ibarrier(), time.perf_counter()
+        left = max(timeout - (time.perf_counter() - since), 1e-3) if timeout else 0
+        _waits.wait(ready, left, "ACCO.step: the round's barrier")
         stats["comm_wait_s"] += time.perf_counter() - start
         stats["micro_batches"] += n
         # One small exchange per round: micro-batch counts, and whether any rank failed.

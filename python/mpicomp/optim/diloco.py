@@ -11,7 +11,8 @@ import mpicomp
 from ..codecs import wire_codec
 from ..errors import ArgumentError
 from ..torch import allreduce_gradients, traffic
-from ._agree import agree
+from .._agree import agree
+from .._waits import Timed
 from . import _diloco_checkpoint
 
 __all__ = ["DiLoCo"]
@@ -127,7 +128,10 @@ class DiLoCo:
                  outer_optimizer=None, inner_comm=None, overlap=False, overlap_mix=0.5):
         self.comm = _intracomm(comm, "comm")
         self.inner_comm = None if inner_comm is None else _intracomm(inner_comm, "inner_comm")
-        self._comms = [self.comm] if inner_comm is None else [self.comm, self.inner_comm, self.comm]
+        # Agreements and the optimizer's own messages wait at most config.timeout_s.
+        self._workers = Timed(self.comm)
+        self._island = None if inner_comm is None else Timed(self.inner_comm)
+        self._comms = [self._workers] if inner_comm is None else [self._workers, self._island, self._workers]
         self._failed = None
         # The next agreement the other ranks will meet: "inner" (the island's, at the next
         # inner step), "outer" (the next outer step's) or None (this rank is in it already).
@@ -145,7 +149,7 @@ class DiLoCo:
                             error_feedback, fragments, outer_optimizer)
         except Exception as e:  # any rank's failure must reach the others' agreement
             error = e
-        agree("DiLoCo", self._comms, error, None if error else self._signature())
+        agree(self._comms, "DiLoCo", error, None if error else self._signature())
         self._broadcast_initial()
 
     def _configure(self, model, inner_optimizer, sync_every, outer_lr, outer_momentum, nesterov, codec,
@@ -237,7 +241,7 @@ class DiLoCo:
                 offset += b - a
 
     def _broadcast_initial(self):
-        for comm in filter(None, (self.comm, self.inner_comm)):
+        for comm in filter(None, (self._workers, self._island)):
             for g in self.global_params:
                 comm.Bcast(g.detach().numpy(), root=0)
         for f in range(self.fragments):
@@ -268,7 +272,7 @@ class DiLoCo:
         try:
             if self.inner_comm is not None:
                 self._pending = "outer"  # should the island's agreement raise, the island knows
-                agree("DiLoCo.step", [self.inner_comm])
+                agree([self._island], "DiLoCo.step")
                 self._pending = "outer" if due else "inner"
                 allreduce_gradients(self.model, comm=self.inner_comm, codec="none")
             loss = self.inner_optimizer.step(closure)
@@ -276,7 +280,7 @@ class DiLoCo:
             self._land()  # the syncs started one inner step ago (tau = 1)
             if due:
                 self._pending = None  # whatever this agreement raises, every rank raises it
-                agree("DiLoCo.step", self._comms, None, self._signature())
+                agree(self._comms, "DiLoCo.step", None, self._signature())
                 self._pending = "inner" if self.inner_comm is not None else "outer"
                 for f in due:
                     if self.overlap:
@@ -338,11 +342,11 @@ class DiLoCo:
         pending, self._pending = self._pending, None
         # Take part, with the error, in the agreements the others meet next: the island's
         # at the next inner step (if that is still ahead), then the one of the next outer step.
-        rounds = {"inner": [[self.inner_comm], self._comms], "outer": [self._comms]}.get(pending, [])
+        rounds = {"inner": [[self._island], self._comms], "outer": [self._comms]}.get(pending, [])
         if isinstance(error, Exception):  # KeyboardInterrupt, SystemExit: just leave
             for comms in rounds:
                 try:
-                    agree("DiLoCo.step", comms, error)
+                    agree(comms, "DiLoCo.step", error)
                 except BaseException:
                     pass  # agree raises this rank's own error once the others have it
         raise error

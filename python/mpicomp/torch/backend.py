@@ -32,8 +32,9 @@ from mpi4py import MPI
 import mpicomp
 
 from .. import _comm, _waits
+from .._agree import agree
 from ..codecs import wire_codec
-from ..errors import ArgumentError, BackendError, CommTimeoutError, ShapeMismatchError
+from ..errors import ArgumentError, BackendError, CommTimeoutError
 from . import _futures, distributed
 
 __all__ = ["BackendOptions", "backend_options", "ProcessGroupMpicomp"]
@@ -184,9 +185,10 @@ class ProcessGroupMpicomp(dist.ProcessGroup):
             if self._timed_out:
                 raise CommTimeoutError("mpicomp backend: an earlier operation of this group timed out; its messages "
                                        "may still arrive, so the group is not used again: make a new one")
-            c = _Timed(self._acomm, self.timeout_s)
+            c = _waits.Timed(self._acomm, self.timeout_s)
             try:
-                _agree(c, shapes)
+                agree([c], "mpicomp backend", None, shapes,
+                      lambda sh: f"tensors (numel, dtype) {sh}")
                 fn(c)
             except CommTimeoutError:
                 self._timed_out = True
@@ -406,37 +408,6 @@ def _reduce_in_place(comm, t, op):
         work.div_(comm.Get_size())
     if wide:
         t.copy_(work)
-
-
-class _Timed:
-    """A communicator whose collectives (``Allreduce``, ``Bcast``, ... and ``allgather`` of
-    objects) are posted non-blocking and waited for at most ``seconds``."""
-
-    def __init__(self, comm, seconds):
-        self._comm, self._seconds = comm, seconds
-
-    def Get_rank(self):
-        return self._comm.Get_rank()
-
-    def Get_size(self):
-        return self._comm.Get_size()
-
-    def allgather(self, obj):
-        return _waits.allgather(self._comm, obj, self._seconds, "mpicomp backend")
-
-    def __getattr__(self, name):  # Allreduce -> Iallreduce, waited for
-        start = getattr(self._comm, "I" + name[0].lower() + name[1:])
-        return lambda *args, **kwargs: _waits.wait(start(*args, **kwargs), self._seconds, f"mpicomp backend: {name}")
-
-
-def _agree(comm, shapes):
-    """Raises ShapeMismatchError on every rank when the ranks' tensors differ in size or dtype."""
-    mine = repr(shapes)
-    everyone = comm.allgather(mine)
-    if any(s != mine for s in everyone):
-        other = next(r for r, s in enumerate(everyone) if s != mine)
-        raise ShapeMismatchError(f"mpicomp backend: ranks disagree on the tensors (numel, dtype): {mine} on rank "
-                                 f"{comm.Get_rank()}, {everyone[other]} on rank {other}")
 
 
 def _create(dist_opts, options):

@@ -220,10 +220,9 @@ def test_invalid_partitions_raise_on_every_rank(case):
     shard = _bad_partitions()[case]
     with pytest.raises(mpicomp.ArgumentError):
         AMSP(toy_model(), torch.optim.AdamW, shard=shard, **KW)
-    # the same mistake on one rank only: it raises its own error, the others name it
+    # the same mistake on one rank only: it raises its own error, the others its class, naming it
     mine = shard if RANK == N - 1 else (1, 1, N)
-    expected = mpicomp.ArgumentError if RANK == N - 1 else mpicomp.ShapeMismatchError
-    with pytest.raises(expected, match="shard"):
+    with pytest.raises(mpicomp.ArgumentError, match="shard" if RANK == N - 1 else f"rank {N - 1}: .*shard"):
         AMSP(toy_model(), torch.optim.AdamW, shard=mine, **KW)
     AMSP(toy_model(), torch.optim.AdamW, shard=(1, 1, N), **KW)  # the communicator still works
 
@@ -286,8 +285,7 @@ def test_bad_checkpoints_raise_on_every_rank():
     corrupt["master"][3] += 1.0
     with pytest.raises(CheckpointError, match="checksum"):
         opt.load_state_dict(corrupt)
-    expected = CheckpointError if RANK == N - 1 else mpicomp.ShapeMismatchError
-    with pytest.raises(expected, match="checksum" if RANK == N - 1 else f"rank {N - 1}"):
+    with pytest.raises(CheckpointError, match="checksum" if RANK == N - 1 else f"rank {N - 1}"):
         opt.load_state_dict(corrupt if RANK == N - 1 else sd)
     with pytest.raises(mpicomp.ShapeMismatchError, match="another model"):
         AMSP(torch.nn.Linear(6, 4), torch.optim.AdamW, shard=(1, 1, N)).load_state_dict(sd)

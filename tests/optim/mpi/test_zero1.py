@@ -161,9 +161,8 @@ def test_bad_checkpoints_raise_on_every_rank():
     sgd = ZeRO1(toy_model().parameters(), torch.optim.SGD, lr=0.1)
     with pytest.raises(CheckpointError, match="optimizer torch.optim.adamw.AdamW"):
         sgd.load_state_dict(sd)
-    # only the last rank's copy is corrupt: it says so, the others name it
-    expected = CheckpointError if RANK == N - 1 else mpicomp.ShapeMismatchError
-    with pytest.raises(expected, match="checksum" if RANK == N - 1 else f"rank {N - 1}"):
+    # only the last rank's copy is corrupt: it says so, the others raise its class and name it
+    with pytest.raises(CheckpointError, match="checksum" if RANK == N - 1 else f"rank {N - 1}"):
         opt.load_state_dict(corrupt if RANK == N - 1 else sd)
     opt.load_state_dict(sd)  # still usable, and all ranks in step
     zero1_step(model, opt, 1)
@@ -182,10 +181,10 @@ def test_bad_arguments_raise_on_every_rank(case):
     error = mpicomp.CodecError if case == "bad codec" else mpicomp.ArgumentError
     with pytest.raises(error):
         ZeRO1(*params, cls, **kwargs)
-    # the same mistake on one rank only: it raises its own error, the others name it
+    # the same mistake on one rank only: it raises its own error, the others its class, naming it
     mine = (*args()[0], cls) if RANK == 1 else (toy_model().parameters(), torch.optim.AdamW)
     kw = kwargs if RANK == 1 else {}
-    with pytest.raises(error if RANK == 1 else mpicomp.ShapeMismatchError):
+    with pytest.raises(error, match=None if RANK == 1 else "rank 1"):
         ZeRO1(*mine, **kw)
     ZeRO1(toy_model().parameters(), torch.optim.AdamW)  # the communicator still works
 

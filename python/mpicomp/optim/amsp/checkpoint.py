@@ -12,7 +12,8 @@ import numpy as np
 import torch
 
 from ...errors import MpicompError
-from .._sharded import _FORMAT, _checksum, agree, check_checkpoint
+from ..._agree import agree
+from .._sharded import _FORMAT, _checksum, check_checkpoint
 from .groups import Groups
 
 __all__ = ["state_dict", "load_state_dict"]
@@ -78,7 +79,7 @@ def load_state_dict(opt, sd):
         check_checkpoint(sd, opt.optimizer_class, [[list(p.shape) for p in params]], sum(u.numel for u in opt.units))
     except MpicompError as e:
         error = e
-    agree(opt._meta, "AMSP.load_state_dict", error, None if error else sd["checksum"],
+    agree([opt._meta], "AMSP.load_state_dict", error, None if error else sd["checksum"],
           lambda c: f"a checkpoint with checksum {c}")
     s_p, _, s_os = opt.shard
     dev = opt.master.device

@@ -12,7 +12,9 @@ import mpicomp
 from ...codecs import wire_codec
 from ...errors import ArgumentError, MpicompError
 from ...nodes import node_layout
-from .._sharded import ShardedOptimizer, agree, build_optimizer
+from ..._agree import agree
+from ..._waits import Timed
+from .._sharded import ShardedOptimizer, build_optimizer, owned_dup
 from . import checkpoint
 from .groups import GROUPS, Groups, check_partition, check_ranks_per_node
 from .plan import communication_plan, memory_bytes
@@ -90,7 +92,7 @@ class AMSP(torch.optim.Optimizer):
         if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
             raise ArgumentError(f"{who}: comm must be an mpi4py intra-communicator (e.g. mesh.dp), got {comm!r}")
         self.comm, world, rank = comm, comm.Get_size(), comm.Get_rank()
-        self._meta = comm.Dup()
+        self._meta = Timed(owned_dup(self, comm))  # agreements and metadata: at most config.timeout_s
         layout = node_layout(comm) if ranks_per_node is None else None  # collective: before any raise
         error, signature = None, None
         try:
@@ -124,7 +126,7 @@ class AMSP(torch.optim.Optimizer):
                          sorted(self.codecs.items()), error_feedback, prefetch)
         except MpicompError as e:
             error = e
-        agree(self._meta, who, error, signature, _describe)
+        agree([self._meta], who, error, signature, _describe)
         super().__init__(groups, dict(opt_kwargs))
         self.optimizer_class, self.model = optimizer_class, model
         self.groups = Groups(self.shard, world, rank)
