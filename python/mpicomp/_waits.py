@@ -24,8 +24,9 @@ def wait(request, seconds, what):
     while not request.Test():
         elapsed = time.monotonic() - start
         if seconds and elapsed >= seconds:
-            raise CommTimeoutError(f"{what}: still waiting after {seconds:g} s: a rank of the communicator has not "
-                                   f"reached this call, or has stopped in it")
+            raise CommTimeoutError(f"{what}: still waiting after {seconds:g} s (the timeout: config.timeout_s, "
+                                   f"mpicomp.set_timeout, a torch group's timeout=): a rank of the communicator "
+                                   f"has not reached this call, or has stopped in it")
         if elapsed > 1e-4:
             nap = min(nap + 1e-5, 1e-3)
             time.sleep(nap)

@@ -300,3 +300,22 @@ def test_destroying_a_group_frees_its_communicators(gloo):
     comm, p2p = g.comm, g._p2p_comm
     dist.destroy_process_group(g)
     assert comm == MPI.COMM_NULL and p2p == MPI.COMM_NULL
+
+
+def test_ddp_with_a_lost_rank_raises_instead_of_hanging(gloo):
+    """DDP over an "mpicomp" group of timeout 4 s: the last rank never runs its second step;
+    the others' step raises (the group's CommTimeoutError, through DDP) within the timeout
+    and a few seconds."""
+    if N < 2:
+        pytest.skip("needs 2 ranks")
+    g = _timed_group(4.0)  # DDP's set-up (parameter checks, broadcast) takes its time on 2 cores
+    model = torch.nn.parallel.DistributedDataParallel(_model(), process_group=g)
+    x = torch.randn(8, 16)
+    model(x).square().mean().backward()  # every rank
+    WORLD.Barrier()
+    if RANK != N - 1:  # the last rank never runs the step (DDP's second forward talks too)
+        t0 = time.perf_counter()
+        with pytest.raises(mpicomp.CommTimeoutError, match="still waiting after 4 s"):
+            model(x).square().mean().backward()
+        assert time.perf_counter() - t0 < 14
+    WORLD.Barrier()
