@@ -89,8 +89,15 @@ def _apply(opt, common, worker):
 
 
 def load_state_dict(opt, state):
-    _check(opt, state, "DiLoCo.load_state_dict", "the state")
-    _check_worker(opt, state.get("worker"), "DiLoCo.load_state_dict", "the state")
+    """Collective, as in the other optimizers: a state one rank cannot load, or states of
+    different steps, raise on every rank before any rank changes."""
+    who, error = "DiLoCo.load_state_dict", None
+    try:
+        _check(opt, state, who, "the state")
+        _check_worker(opt, state.get("worker"), who, "the state")
+    except CheckpointError as e:
+        error = e
+    agree(opt._comms, who, error, None if error else {"inner_step": state.get("inner_step")})
     _apply(opt, state, state.get("worker"))
 
 

@@ -364,13 +364,16 @@ class DiLoCo:
 
     # --- state and checkpoints ----------------------------------------------------------
     def state_dict(self):
-        """This rank's whole state (torch.optim style; no communication but the completion
-        of an overlapped sync under way, which is applied first)."""
+        """This rank's whole state (torch.optim style). Called on every rank, as every
+        optimizer's state_dict is (ZeRO1's, ACCO's and AMSP's gather their shards); it sends
+        nothing but the completion of an overlapped sync under way, which is applied first."""
         self._land()
         return _diloco_checkpoint.state_dict(self)
 
     def load_state_dict(self, state):
-        """Restores what state_dict() returned (local: every rank must load its own)."""
+        """Restores what state_dict() returned, each rank its own. Collective: a state that
+        one rank cannot load (CheckpointError), or states of different steps
+        (ShapeMismatchError), raise on every rank before any rank changes."""
         _diloco_checkpoint.load_state_dict(self, state)
 
     def save(self, path, data_position=None):

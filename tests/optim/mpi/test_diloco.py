@@ -272,6 +272,28 @@ def test_bad_checkpoints_raise_on_every_rank(tmp_path_shared):
     _raises_everywhere(mpicomp.CheckpointError, lambda: opt.load(path), "codec")
 
 
+def test_load_state_dict_is_collective():
+    """A state only one rank cannot load raises CheckpointError on every rank, and no rank
+    changes; states of different steps raise ShapeMismatchError; the right ones load."""
+    model = toy_model()
+    opt = DiLoCo(model, torch.optim.SGD(model.parameters(), lr=0.1), sync_every=2)
+    for step in range(2):
+        inner_step(model, opt, step)
+    sd = opt.state_dict()
+    before = flat(model).clone()
+    bad = dict(sd, format="something else") if RANK == N - 1 else sd
+    _raises_everywhere(mpicomp.CheckpointError, lambda: opt.load_state_dict(bad),
+                       "not a DiLoCo checkpoint" if RANK == N - 1 else f"rank {N - 1}")
+    assert torch.equal(flat(model), before)
+    if N > 1:
+        other = dict(sd, inner_step=sd["inner_step"] + (RANK == 0))
+        _raises_everywhere(mpicomp.ShapeMismatchError, lambda: opt.load_state_dict(other), "inner_step")
+    opt.load_state_dict(sd)
+    for step in (2, 3):  # to the next outer step, after which the replicas are equal
+        inner_step(model, opt, step)
+    assert same_on_all_ranks(flat(model))
+
+
 def test_bad_or_different_arguments_raise_on_every_rank():
     model = toy_model()
     sgd = torch.optim.SGD(model.parameters(), lr=0.1)
