@@ -14,7 +14,12 @@ mkdir -p "$OUT"
 V=/tmp/mpicomp-venv
 export PYTHONUNBUFFERED=1
 if [ ! -x $V/bin/python ]; then
+  # The image's python3 may itself be a venv (torch, cupy, scikit-build-core in
+  # /opt/torch/.venv): --system-site-packages would see only the base interpreter's
+  # packages, so the new venv also reads python3's own site-packages through a .pth file.
+  site=$(python3 -c "import site; print(site.getsitepackages()[0])")
   python3 -m venv --system-site-packages $V
+  echo "$site" >"$($V/bin/python -c "import site; print(site.getsitepackages()[0])")/image-python3.pth"
   $V/bin/python -m pip install -q --no-index --no-deps --no-compile .whl/*.whl
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >"$OUT/gpu.txt" 2>&1
