@@ -334,3 +334,24 @@ def test_a_stalled_rank_makes_the_others_raise(codec):
             WORLD.Barrier()
             fresh = nodes_comm(k)
             assert np.all(mpicomp.allreduce(x, comm=fresh, codec=codec) == comm.size)
+
+
+@pytest.mark.parametrize("coll", ["reduce_scatter", "allgather"])
+def test_a_stalled_rank_makes_the_others_raise_in_two_level_reduce_scatter_and_allgather(coll):
+    """As above, on the two-level reduce_scatter and allgather (nodes of equal size)."""
+    fn = getattr(mpicomp, coll)
+    for k in layouts():
+        if WORLD.size % k or WORLD.size == k:
+            continue
+        comm = nodes_comm(k)
+        x = np.ones(comm.size * (1 << 15), np.float32)
+        with config(timeout_s=1.0, min_bytes=0, eager_bytes=0):
+            mpicomp.reset_stats()
+            fn(x, comm=comm, codec="int8")  # set-up: MPI's blocking Comm_dup
+            assert mpicomp.stats()[coll]["algorithms"] == {"two_level": 1}
+            if comm.rank != comm.size - 1:  # the last rank stalls
+                t0 = time.perf_counter()
+                with pytest.raises(mpicomp.CommTimeoutError, match="timeout_s"):
+                    fn(x, comm=comm, codec="int8")
+                assert time.perf_counter() - t0 < 11
+            WORLD.Barrier()
