@@ -24,3 +24,10 @@ def allow_open_mpi_here():
         os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
         os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         os.environ.setdefault("PRTE_MCA_rmaps_default_mapping_policy", ":oversubscribe")
+
+
+def keep_going_after_a_lost_rank():
+    """mpiexec's options that keep a job's other ranks running when one dies (by default both
+    launchers end the job): what the fault tests need to see what the survivors raise. Open
+    MPI's is its run-time switch for ULFM (User Level Failure Mitigation)."""
+    return ["--with-ft", "ulfm"] if open_mpi() else ["-disable-auto-cleanup"]

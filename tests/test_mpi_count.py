@@ -1,6 +1,7 @@
 """The fallback for an MPI without the large-count `_c` functions (Open MPI 5): counts above
-the int-count limit are split (cpp/coll/mpi_count.h). Built here with the limit lowered so
-the splits run on small buffers, with either MPI, at 2 and 3 ranks."""
+the int-count limit are split (cpp/coll/mpi_count.h), blocking and started nonblocking. Built
+here with the limit lowered so the splits run on small buffers, with either MPI, at 2 and 3
+ranks."""
 import subprocess
 import sys
 from pathlib import Path

@@ -232,9 +232,14 @@ PYBIND11_MODULE(_core, m) {
       throw;
     }
     CollArgs a = coll_args(codec, block, t.dt, coll == int(Coll::reduce_scatter) ? t.n / size_t(size) : t.n, avg, 0);
-    {
+    try {
       py::gil_scoped_release nogil;
       collective(Coll(coll), c, t.xp, t.yp, a);
+    } catch (const Error& e) {
+      // A timed-out call's buffers stay alive, as collectives.py's _execute keeps them.
+      if (e.kind == ErrorKind::timeout)
+        py::module_::import("mpicomp.collectives").attr("_abandoned").attr("append")(py::make_tuple(x, t.y));
+      throw;
     }
     return t.y;
   });
@@ -331,6 +336,7 @@ PYBIND11_MODULE(_core, m) {
   m.def("set_codec_threads", &set_codec_threads, "Threads per codec call; 0: the default (codecs/parallel.h)");
   m.def("codec_threads", &codec_threads, "Threads per codec call in use");
   m.def("timed_out", [](py::handle comm) { return timed_out(comm_of(comm)); });
+  m.def("timeout_of", [](py::handle comm, double configured) { return timeout_of(comm_of(comm), configured); });
   m.def("set_timeout", [](py::handle comm, double seconds) { set_timeout(comm_of(comm), seconds); },
         "Calls on comm, and on its later duplicates, wait at most seconds (0: no limit)");
 

@@ -236,7 +236,9 @@ void allreduce(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   // two-level path sends what a node-aware MPI would.
   if (sig.wire == CodecId::none && mt != MPI_DATATYPE_NULL &&
       !(two_level && nodes.ranks_per_node && a.dtype == DType::f32)) {
-    mpic::allreduce(x == y ? MPI_IN_PLACE : x, y, a.count, mt, MPI_SUM, comm);
+    mpi_collective("MPI_Allreduce", [&](mpic::Requests* rs) {
+      mpic::allreduce(x == y ? MPI_IN_PLACE : x, y, a.count, mt, MPI_SUM, comm, rs);
+    });
     if (a.avg) divide(y, a.dtype, a.count, ci.size);
     return;
   }
@@ -278,7 +280,8 @@ void reduce_scatter(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   agree(comm, sig);
   if (a.count == 0) return;
   if (sig.wire == CodecId::none && mt != MPI_DATATYPE_NULL) {
-    mpic::reduce_scatter_block(x, y, a.count, mt, MPI_SUM, comm);
+    mpi_collective("MPI_Reduce_scatter_block",
+                   [&](mpic::Requests* rs) { mpic::reduce_scatter_block(x, y, a.count, mt, MPI_SUM, comm, rs); });
     if (a.avg) divide(y, a.dtype, a.count, ci.size);
     return;
   }
@@ -324,7 +327,7 @@ void allgather(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   if (sig.wire == CodecId::none) {
     // Any dtype: gathering moves bytes without arithmetic.
     MPI_Datatype bt = mt != MPI_DATATYPE_NULL ? mt : MPI_UINT16_T;
-    mpic::allgather(x, y, a.count, bt, comm);
+    mpi_collective("MPI_Allgather", [&](mpic::Requests* rs) { mpic::allgather(x, y, a.count, bt, comm, rs); });
     return;
   }
   Engine& e = engine_of(a);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "config.h"
+#include "mpi_count.h"
 
 namespace mpicomp {
 
@@ -55,6 +56,21 @@ double timeout_of(MPI_Comm comm, double configured);
 // owner): MPI may reuse a freed communicator's context for a new one, and the timed-out call's
 // messages, still on their way, would then match that one's.
 bool timed_out(MPI_Comm comm);
+
+// Runs call(rs), one of MPI's own collectives (mpi_count.h): blocking (rs null), as fast as
+// MPI has it, unless the current call has a deadline; then started nonblocking and polled
+// until it. A collective's requests can be neither cancelled nor freed (MPI): on a timeout
+// they are left as they are, and their buffers may still be written, so the caller's must
+// outlive the failed call (the Python layer keeps them: mpicomp/collectives.py).
+bool under_deadline();
+void wait_collectives(mpic::Requests& rs, const char* what);
+template <class Call>
+void mpi_collective(const char* what, Call call) {
+  if (!under_deadline()) return call(nullptr);
+  mpic::Requests rs;
+  call(&rs);
+  wait_collectives(rs, what);
+}
 
 void wait_all(int n, MPI_Request* r, const char* what);
 void wait_one(MPI_Request* r, MPI_Status* status, const char* what);

@@ -9,6 +9,7 @@
 #include <climits>
 #include <cstddef>
 #include <type_traits>
+#include <vector>
 
 #include "mpi_util.h"
 
@@ -25,6 +26,11 @@
 
 namespace mpicomp::mpic {
 
+// The collectives below (MPI's own) block when given no Requests, and otherwise start
+// nonblocking, their requests appended (deadline.h: mpi_collective waits for them).
+using Requests = std::vector<MPI_Request>;
+inline MPI_Request* add(Requests* rs) { return &rs->emplace_back(MPI_REQUEST_NULL); }
+
 #if MPICOMP_MPI_LARGE_COUNT
 
 inline void isend_bytes(const void* b, size_t n, int peer, int tag, MPI_Comm c, MPI_Request* r) {
@@ -36,14 +42,20 @@ inline void irecv_bytes(void* b, size_t n, int peer, int tag, MPI_Comm c, MPI_Re
 inline void recv_bytes(void* b, size_t n, int peer, int tag, MPI_Comm c) {
   mpi_check(PMPI_Recv_c(b, MPI_Count(n), MPI_BYTE, peer, tag, c, MPI_STATUS_IGNORE), "MPI_Recv");
 }
-inline void allreduce(const void* x, void* y, size_t n, MPI_Datatype t, MPI_Op op, MPI_Comm c) {
-  mpi_check(PMPI_Allreduce_c(x, y, MPI_Count(n), t, op, c), "MPI_Allreduce");
+inline void allreduce(const void* x, void* y, size_t n, MPI_Datatype t, MPI_Op op, MPI_Comm c, Requests* rs = nullptr) {
+  mpi_check(rs ? PMPI_Iallreduce_c(x, y, MPI_Count(n), t, op, c, add(rs)) : PMPI_Allreduce_c(x, y, MPI_Count(n), t, op, c),
+            "MPI_Allreduce");
 }
-inline void reduce_scatter_block(const void* x, void* y, size_t n, MPI_Datatype t, MPI_Op op, MPI_Comm c) {
-  mpi_check(PMPI_Reduce_scatter_block_c(x, y, MPI_Count(n), t, op, c), "MPI_Reduce_scatter_block");
+inline void reduce_scatter_block(const void* x, void* y, size_t n, MPI_Datatype t, MPI_Op op, MPI_Comm c,
+                                 Requests* rs = nullptr) {
+  mpi_check(rs ? PMPI_Ireduce_scatter_block_c(x, y, MPI_Count(n), t, op, c, add(rs))
+               : PMPI_Reduce_scatter_block_c(x, y, MPI_Count(n), t, op, c),
+            "MPI_Reduce_scatter_block");
 }
-inline void allgather(const void* x, void* y, size_t n, MPI_Datatype t, MPI_Comm c) {
-  mpi_check(PMPI_Allgather_c(x, MPI_Count(n), t, y, MPI_Count(n), t, c), "MPI_Allgather");
+inline void allgather(const void* x, void* y, size_t n, MPI_Datatype t, MPI_Comm c, Requests* rs = nullptr) {
+  mpi_check(rs ? PMPI_Iallgather_c(x, MPI_Count(n), t, y, MPI_Count(n), t, c, add(rs))
+               : PMPI_Allgather_c(x, MPI_Count(n), t, y, MPI_Count(n), t, c),
+            "MPI_Allgather");
 }
 
 #else
@@ -108,33 +120,40 @@ inline void recv_bytes(void* b, size_t n, int peer, int tag, MPI_Comm c) {
 
 // Reductions work element by element, so a long vector is reduced piece by piece (a derived
 // type cannot carry a predefined MPI_Op).
-inline void allreduce(const void* x, void* y, size_t n, MPI_Datatype t, MPI_Op op, MPI_Comm c) {
+inline void allreduce(const void* x, void* y, size_t n, MPI_Datatype t, MPI_Op op, MPI_Comm c, Requests* rs = nullptr) {
   const size_t ext = extent(t);
-  for (size_t o = 0; o < n; o += kCountMax)
-    mpi_check(PMPI_Allreduce(x == MPI_IN_PLACE ? x : plus(x, o * ext), plus(y, o * ext),
-                             int(std::min(kCountMax, n - o)), t, op, c),
+  for (size_t o = 0; o < n; o += kCountMax) {
+    const void* xo = x == MPI_IN_PLACE ? x : plus(x, o * ext);
+    const int m = int(std::min(kCountMax, n - o));
+    mpi_check(rs ? PMPI_Iallreduce(xo, plus(y, o * ext), m, t, op, c, add(rs)) : PMPI_Allreduce(xo, plus(y, o * ext), m, t, op, c),
               "MPI_Allreduce");
+  }
 }
 // Above the limit, rank j's block is reduced onto rank j piece by piece (MPI_Reduce): rarer
 // and slower than the one call, and needs no copy of the input.
-inline void reduce_scatter_block(const void* x, void* y, size_t n, MPI_Datatype t, MPI_Op op, MPI_Comm c) {
+inline void reduce_scatter_block(const void* x, void* y, size_t n, MPI_Datatype t, MPI_Op op, MPI_Comm c,
+                                 Requests* rs = nullptr) {
   if (n <= kCountMax) {
-    mpi_check(PMPI_Reduce_scatter_block(x, y, int(n), t, op, c), "MPI_Reduce_scatter_block");
+    mpi_check(rs ? PMPI_Ireduce_scatter_block(x, y, int(n), t, op, c, add(rs)) : PMPI_Reduce_scatter_block(x, y, int(n), t, op, c),
+              "MPI_Reduce_scatter_block");
     return;
   }
   CommInfo ci(c);
   const size_t ext = extent(t);
   for (int j = 0; j < ci.size; ++j)
-    for (size_t o = 0; o < n; o += kCountMax)
-      mpi_check(PMPI_Reduce(plus(x, (size_t(j) * n + o) * ext), plus(y, o * ext), int(std::min(kCountMax, n - o)), t,
-                            op, j, c),
+    for (size_t o = 0; o < n; o += kCountMax) {
+      const void* xo = plus(x, (size_t(j) * n + o) * ext);
+      const int m = int(std::min(kCountMax, n - o));
+      mpi_check(rs ? PMPI_Ireduce(xo, plus(y, o * ext), m, t, op, j, c, add(rs)) : PMPI_Reduce(xo, plus(y, o * ext), m, t, op, j, c),
                 "MPI_Reduce");
+    }
 }
 // Above the limit, piece by piece: each rank's piece lands at its block's place through a
 // receive type whose extent is one whole block.
-inline void allgather(const void* x, void* y, size_t n, MPI_Datatype t, MPI_Comm c) {
+inline void allgather(const void* x, void* y, size_t n, MPI_Datatype t, MPI_Comm c, Requests* rs = nullptr) {
   if (n <= kCountMax) {
-    mpi_check(PMPI_Allgather(x, int(n), t, y, int(n), t, c), "MPI_Allgather");
+    mpi_check(rs ? PMPI_Iallgather(x, int(n), t, y, int(n), t, c, add(rs)) : PMPI_Allgather(x, int(n), t, y, int(n), t, c),
+              "MPI_Allgather");
     return;
   }
   const size_t ext = extent(t);
@@ -144,8 +163,9 @@ inline void allgather(const void* x, void* y, size_t n, MPI_Datatype t, MPI_Comm
     mpi_check(PMPI_Type_contiguous(m, t, &piece), "MPI_Type_contiguous");
     mpi_check(PMPI_Type_create_resized(piece, 0, MPI_Aint(n * ext), &strided), "MPI_Type_create_resized");
     mpi_check(PMPI_Type_commit(&strided), "MPI_Type_commit");
-    int rc = PMPI_Allgather(plus(x, o * ext), m, t, plus(y, o * ext), 1, strided, c);
-    PMPI_Type_free(&strided);
+    int rc = rs ? PMPI_Iallgather(plus(x, o * ext), m, t, plus(y, o * ext), 1, strided, c, add(rs))
+                : PMPI_Allgather(plus(x, o * ext), m, t, plus(y, o * ext), 1, strided, c);
+    PMPI_Type_free(&strided);  // a started call keeps its types alive (MPI)
     PMPI_Type_free(&piece);
     mpi_check(rc, "MPI_Allgather");
   }

@@ -9,7 +9,7 @@
 from mpi4py import MPI  # noqa: F401
 
 from . import _core, powersgd
-from ._comm import set_timeout
+from ._comm import set_timeout, timeout_of
 from .codecs import Codec, available_codecs, codec
 from .collectives import (Request, allgather, allreduce, iallgather, iallreduce, ireduce_scatter, recv,
                           reduce_scatter, send)
@@ -26,7 +26,7 @@ __all__ = [
     "Codec", "codec", "available_codecs",
     "allreduce", "reduce_scatter", "allgather", "iallreduce", "ireduce_scatter", "iallgather", "Request", "send",
     "recv",
-    "ErrorFeedback", "powersgd", "config", "set_timeout", "node_comms", "node_layout", "NodeLayout", "stats",
+    "ErrorFeedback", "powersgd", "config", "set_timeout", "timeout_of", "node_comms", "node_layout", "NodeLayout", "stats",
     "reset_stats", "stats_table",
     "MpicompError", "CodecError", "ShapeMismatchError", "BackendError", "ArgumentError", "CommTimeoutError",
     "CheckpointError", "RankFailedError",

@@ -105,6 +105,13 @@ def worker(comm):
     return ctx.async_comm, ctx.executor
 
 
+def timeout_of(comm):
+    """The seconds mpicomp's calls on ``comm`` wait: its own (set_timeout), else
+    ``config.timeout_s``."""
+    from .config import config
+    return _core.timeout_of(comm, config.timeout_s)
+
+
 def set_timeout(comm, seconds):
     """mpicomp's calls on ``comm`` wait at most ``seconds`` (a number or a
     ``datetime.timedelta``; 0: no limit) for the other ranks, then raise CommTimeoutError,

@@ -11,19 +11,23 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from .errors import CommTimeoutError
+from .errors import BackendError, CommTimeoutError
 
-__all__ = ["wait", "allgather", "Timed"]
+__all__ = ["wait", "call", "allgather", "Timed"]
+
+_abandoned = []  # requests of timed-out collectives (MPI cannot cancel them)
 
 
 def wait(request, seconds, what):
     """Waits for an mpi4py request, at most ``seconds`` (0 or None: no limit); raises
-    CommTimeoutError naming ``what`` when the time is up."""
+    CommTimeoutError naming ``what`` when the time is up, BackendError when MPI reports a
+    failure (a lost rank: ``MPI_ERR_PROC_FAILED`` under Open MPI's ULFM)."""
     start = time.monotonic()
     nap = 0.0
-    while not request.Test():
+    while not call(what, request.Test):
         elapsed = time.monotonic() - start
         if seconds and elapsed >= seconds:
+            _abandoned.append(request)  # it holds its buffers, which a late rank may still fill
             raise CommTimeoutError(f"{what}: still waiting after {seconds:g} s (the timeout: config.timeout_s, "
                                    f"mpicomp.set_timeout, a torch group's timeout=): a rank of the communicator "
                                    f"has not reached this call, or has stopped in it")
@@ -32,20 +36,29 @@ def wait(request, seconds, what):
             time.sleep(nap)
 
 
+def call(what, fn, *args, **kwargs):
+    """fn(*args, **kwargs), an mpi4py call, its MPI error raised as BackendError."""
+    try:
+        return fn(*args, **kwargs)
+    except MPI.Exception as e:
+        raise BackendError(f"{what}: MPI failed ({e.Get_error_string()}): a rank of the communicator has "
+                           f"failed, or MPI has") from e
+
+
 def allgather(comm, obj, seconds, what):
     """``comm.allgather(obj)`` (any picklable object) within ``seconds``."""
     data = np.frombuffer(pickle.dumps(obj), np.uint8)
     sizes = np.zeros(comm.Get_size(), np.int64)
-    wait(comm.Iallgather(np.array([data.size], np.int64), sizes), seconds, what)
+    wait(call(what, comm.Iallgather, np.array([data.size], np.int64), sizes), seconds, what)
     out = np.empty(int(sizes.sum()), np.uint8)
     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    wait(comm.Iallgatherv(data, [out, (sizes, offsets), MPI.BYTE]), seconds, what)
+    wait(call(what, comm.Iallgatherv, data, [out, (sizes, offsets), MPI.BYTE]), seconds, what)
     return [pickle.loads(out[o:o + n].tobytes()) for o, n in zip(offsets, sizes)]
 
 
 class Timed:
-    """A communicator whose collectives wait at most ``seconds`` (None: config.timeout_s at
-    each call; 0: no limit): the buffer ones (``Allreduce``, ``Allgather``, ``Bcast``, ...,
+    """A communicator whose collectives wait at most ``seconds`` (None: the communicator's own
+    timeout, mpicomp.set_timeout, else config.timeout_s, at each call; 0: no limit): the buffer ones (``Allreduce``, ``Allgather``, ``Bcast``, ...,
     ``Barrier``) posted non-blocking and polled, the object ones (``allgather``, ``bcast``,
     ``gather``, ``scatter``) as pickled bytes the same way. ``comm`` is the communicator."""
 
@@ -56,8 +69,8 @@ class Timed:
     def seconds(self):
         if self._seconds is not None:
             return self._seconds
-        from .config import config
-        return config.timeout_s
+        from ._comm import timeout_of
+        return timeout_of(self.comm)
 
     def Get_rank(self):
         return self.comm.Get_rank()
@@ -69,7 +82,7 @@ class Timed:
         if not name[:1].isupper():
             raise AttributeError(name)
         start = getattr(self.comm, "I" + name[0].lower() + name[1:])
-        return lambda *args, **kwargs: wait(start(*args, **kwargs), self.seconds, f"MPI_{name}")
+        return lambda *args, **kwargs: wait(call(f"MPI_{name}", start, *args, **kwargs), self.seconds, f"MPI_{name}")
 
     def allgather(self, obj):
         return allgather(self.comm, obj, self.seconds, "allgather")

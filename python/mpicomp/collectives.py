@@ -16,7 +16,7 @@ from ._buffers import array_info, collective_args, dtype_name
 from .codecs import _CACHE as _codec_cache
 from .codecs import PowerSGDCodec, wire_codec
 from .codecs import codec as _codec
-from .errors import ArgumentError, BackendError, MpicompError
+from .errors import ArgumentError, BackendError, CommTimeoutError, MpicompError
 from .feedback import ErrorFeedback
 
 __all__ = ["allreduce", "reduce_scatter", "allgather", "iallreduce", "ireduce_scatter", "iallgather", "Request", "send",
@@ -124,12 +124,23 @@ def _run(coll, pcomm, xptr, yptr, count, dt, c, avg, rptr, stream):
         _core.cuda_collective(*args, stream)
 
 
-def _execute(coll, prepared):
-    """Runs a call _prepare checked; returns its output."""
+# The buffers of calls that timed out. MPI's own collectives (the exact paths) can be neither
+# cancelled nor freed, and one that a late rank completes still writes its output and reads
+# its input: those stay alive (cpp/coll/deadline.h: mpi_collective; the numpy path keeps its
+# own in C++). Timeouts are rare, and their communicators are given up anyway.
+_abandoned = []
+
+
+def _execute(coll, prepared, x):
+    """Runs a call _prepare checked on x; returns its output."""
     pcomm, out, xptr, yptr, n, dt, c, avg, rptr, stream = prepared
     if coll == _REDUCE_SCATTER:
         n //= pcomm.Get_size()  # _run counts out's elements
-    _run(coll, pcomm, xptr, yptr, n, dt, c, avg, rptr, stream)
+    try:
+        _run(coll, pcomm, xptr, yptr, n, dt, c, avg, rptr, stream)
+    except CommTimeoutError:
+        _abandoned.append((x, out))
+        raise
     return out
 
 
@@ -191,7 +202,7 @@ def allreduce(x, comm=MPI.COMM_WORLD, codec=None, op="sum", out=None, error_feed
     if error_feedback is None and type(x) is np.ndarray:
         return _numpy(_ALLREDUCE, comm, x, codec, out, op, known)
     return _execute(_ALLREDUCE, _prepare(_ALLREDUCE, comm, x, codec, out, error_feedback, op,
-                                         _OUT_MODE[_ALLREDUCE]))
+                                         _OUT_MODE[_ALLREDUCE]), x)
 
 
 def reduce_scatter(x, comm=MPI.COMM_WORLD, codec=None, op="sum", out=None, error_feedback=None):
@@ -204,7 +215,7 @@ def reduce_scatter(x, comm=MPI.COMM_WORLD, codec=None, op="sum", out=None, error
     if error_feedback is None and type(x) is np.ndarray:
         return _numpy(_REDUCE_SCATTER, comm, x, codec, out, op)
     return _execute(_REDUCE_SCATTER, _prepare(_REDUCE_SCATTER, comm, x, codec, out, error_feedback, op,
-                                              _OUT_MODE[_REDUCE_SCATTER]))
+                                              _OUT_MODE[_REDUCE_SCATTER]), x)
 
 
 def allgather(x, comm=MPI.COMM_WORLD, codec=None, out=None, error_feedback=None):
@@ -216,7 +227,7 @@ def allgather(x, comm=MPI.COMM_WORLD, codec=None, out=None, error_feedback=None)
     if error_feedback is None and type(x) is np.ndarray:
         return _numpy(_ALLGATHER, comm, x, codec, out, "sum")
     return _execute(_ALLGATHER, _prepare(_ALLGATHER, comm, x, codec, out, error_feedback, "sum",
-                                         _OUT_MODE[_ALLGATHER]))
+                                         _OUT_MODE[_ALLGATHER]), x)
 
 
 class Request:
@@ -269,7 +280,7 @@ def _start(coll, x, comm, codec, op, out, error_feedback):
     prepared = _prepare(coll, acomm, x, codec, out, error_feedback, op, _OUT_MODE[coll], tell_in_order)
 
     def run(keep_alive=x):  # the caller may drop x (a temporary) before this runs
-        return _execute(coll, prepared)
+        return _execute(coll, prepared, keep_alive)
 
     return Request(executor.submit(run))
 

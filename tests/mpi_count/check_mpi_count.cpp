@@ -49,29 +49,42 @@ int main(int argc, char** argv) {
       for (int j = 0; j < p; ++j) s += value(i, j);
       return s;
     };
-    std::vector<double> x(n * p), y(n * p, -1);
-    for (size_t i = 0; i < n * p; ++i) x[i] = value(i, r);
-    mpic::allreduce(x.data(), y.data(), n * p, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-    ok = true;
-    for (size_t i = 0; i < n * p; ++i) ok &= y[i] == sum(i);
-    expect(ok, "allreduce", n * p);
-    std::vector<double> z(x);
-    mpic::allreduce(MPI_IN_PLACE, z.data(), n * p, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-    expect(z == y, "allreduce in place", n * p);
+    // Blocking, then started nonblocking (as under a timeout: deadline.h's mpi_collective).
+    for (bool started : {false, true}) {
+      mpic::Requests reqs;
+      mpic::Requests* rs = started ? &reqs : nullptr;
+      auto done = [&] {
+        MPI_Waitall(int(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE);
+        reqs.clear();
+      };
+      std::vector<double> x(n * p), y(n * p, -1);
+      for (size_t i = 0; i < n * p; ++i) x[i] = value(i, r);
+      mpic::allreduce(x.data(), y.data(), n * p, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, rs);
+      done();
+      ok = true;
+      for (size_t i = 0; i < n * p; ++i) ok &= y[i] == sum(i);
+      expect(ok, started ? "iallreduce" : "allreduce", n * p);
+      std::vector<double> z(x);
+      mpic::allreduce(MPI_IN_PLACE, z.data(), n * p, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, rs);
+      done();
+      expect(z == y, started ? "iallreduce in place" : "allreduce in place", n * p);
 
-    std::vector<double> part(n, -1);
-    mpic::reduce_scatter_block(x.data(), part.data(), n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-    ok = true;
-    for (size_t i = 0; i < n; ++i) ok &= part[i] == sum(size_t(r) * n + i);
-    expect(ok, "reduce_scatter_block", n);
+      std::vector<double> part(n, -1);
+      mpic::reduce_scatter_block(x.data(), part.data(), n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, rs);
+      done();
+      ok = true;
+      for (size_t i = 0; i < n; ++i) ok &= part[i] == sum(size_t(r) * n + i);
+      expect(ok, started ? "ireduce_scatter_block" : "reduce_scatter_block", n);
 
-    std::vector<double> mine(n), all(n * p, -1);
-    for (size_t i = 0; i < n; ++i) mine[i] = value(i, r);
-    mpic::allgather(mine.data(), all.data(), n, MPI_DOUBLE, MPI_COMM_WORLD);
-    ok = true;
-    for (int j = 0; j < p; ++j)
-      for (size_t i = 0; i < n; ++i) ok &= all[size_t(j) * n + i] == value(i, j);
-    expect(ok, "allgather", n);
+      std::vector<double> mine(n), all(n * p, -1);
+      for (size_t i = 0; i < n; ++i) mine[i] = value(i, r);
+      mpic::allgather(mine.data(), all.data(), n, MPI_DOUBLE, MPI_COMM_WORLD, rs);
+      done();
+      ok = true;
+      for (int j = 0; j < p; ++j)
+        for (size_t i = 0; i < n; ++i) ok &= all[size_t(j) * n + i] == value(i, j);
+      expect(ok, started ? "iallgather" : "allgather", n);
+    }
   }
   int total = 0;
   MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);

@@ -24,7 +24,8 @@ from .._agree import agree
 from .._waits import Timed
 from ..errors import ArgumentError, CheckpointError, MpicompError, RankFailedError, ShapeMismatchError
 
-__all__ = ["ShardedOptimizer", "CheckpointError", "RankFailedError", "build_optimizer", "check_checkpoint"]
+__all__ = ["ShardedOptimizer", "CheckpointError", "RankFailedError", "build_optimizer", "check_checkpoint",
+           "owned_dup", "timed_dup"]
 
 _FORMAT = "mpicomp.optim/1"
 
@@ -34,6 +35,22 @@ def owned_dup(owner, comm):
     dup = comm.Dup()
     weakref.finalize(owner, _free, dup)
     return dup
+
+
+def timed_dup(owner, comm, timeout):
+    """(owned_dup(owner, comm), None), its calls waiting at most ``timeout`` (an optimizer's
+    ``timeout=``: seconds or a timedelta; None: comm's own timeout, else config.timeout_s),
+    comm itself left as it is. A bad timeout comes back as the ArgumentError second, for the
+    optimizer's agreement to raise on every rank (the duplicate is made on every rank)."""
+    dup = owned_dup(owner, comm)
+    if timeout is None:
+        return dup, None
+    try:
+        mpicomp.set_timeout(dup, timeout)
+    except ArgumentError:
+        return dup, ArgumentError(f"{type(owner).__name__}: timeout must be None, seconds in [0, 1e9] (0: no "
+                                  f"limit) or a datetime.timedelta, got {timeout!r}")
+    return dup, None
 
 
 def _free(comm):
@@ -90,18 +107,20 @@ class ShardedOptimizer(torch.optim.Optimizer):
     is copied to the wrapped optimizer before each of its steps."""
 
     def __init__(self, params, optimizer_class, comm, grad_codec, param_codec, error_feedback, opt_kwargs,
-                 extra=(), problem=None):
+                 extra=(), problem=None, timeout=None):
         who = type(self).__name__
         if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
             raise ArgumentError(f"{who}: comm must be an mpi4py intra-communicator (e.g. mesh.dp), got {comm!r}")
-        self.comm = comm
+        self.comm, bad_timeout = timed_dup(self, comm, timeout)
         # Our own small messages (agreement, counts) never match the user's or mpicomp's, and
-        # wait at most config.timeout_s.
-        self._meta = Timed(owned_dup(self, comm))
+        # wait at most the timeout.
+        self._meta = Timed(owned_dup(self, self.comm))
         error, signature, groups = None, None, None
         try:
             if problem is not None:  # found by the subclass; still agreed on, so every rank raises
                 raise ArgumentError(f"{who}: {problem}")
+            if bad_timeout is not None:
+                raise bad_timeout
             groups = self._check(params, optimizer_class, grad_codec, param_codec, error_feedback, extra)
             signature = (f"{optimizer_class.__module__}.{optimizer_class.__qualname__}",
                          [[(tuple(p.shape), str(p.dtype)) for p in g["params"]] for g in groups],

@@ -16,6 +16,7 @@ from ._sharded import RankFailedError, ShardedOptimizer, owned_dup
 __all__ = ["ACCO"]
 
 _BARRIER_GRACE_S = 0.002
+_ROUND = "ACCO.step: the round's barrier"
 
 
 class ACCO(ShardedOptimizer):
@@ -61,6 +62,9 @@ class ACCO(ShardedOptimizer):
         param_codec: codec of the parameter allgather.
         error_feedback: keep what a lossy ``grad_codec`` drops, one residual per half
             (estimate and correct rounds send different streams).
+        timeout: seconds (or a ``datetime.timedelta``) its calls wait for the other ranks
+            before raising CommTimeoutError, as torch's ``timeout=``; 0: no limit. None:
+            ``comm``'s own (``mpicomp.set_timeout``), else ``config.timeout_s`` (30 minutes).
         **opt_kwargs: passed to ``optimizer_class``.
 
     Attributes:
@@ -78,7 +82,7 @@ class ACCO(ShardedOptimizer):
     """
 
     def __init__(self, params, optimizer_class, comm=MPI.COMM_WORLD, min_micro_batches=1, max_micro_batches=None,
-                 grad_codec="none", param_codec="none", error_feedback=False, **opt_kwargs):
+                 grad_codec="none", param_codec="none", error_feedback=False, timeout=None, **opt_kwargs):
         if MPI.Query_thread() < MPI.THREAD_MULTIPLE:  # the same on every rank: all raise here
             raise BackendError("ACCO: its communication thread needs MPI_THREAD_MULTIPLE, but MPI was initialised "
                                "below it: leave mpi4py.rc.thread_level at 'multiple' (its default)")
@@ -90,7 +94,7 @@ class ACCO(ShardedOptimizer):
                                                 or max_micro_batches < min_micro_batches):
             bad = f"max_micro_batches must be None or an int >= min_micro_batches, got {max_micro_batches!r}"
         super().__init__(params, optimizer_class, comm, grad_codec, param_codec, error_feedback, opt_kwargs,
-                         extra=(min_micro_batches, max_micro_batches), problem=bad)
+                         extra=(min_micro_batches, max_micro_batches), problem=bad, timeout=timeout)
         self.min_micro_batches, self.max_micro_batches = min_micro_batches, max_micro_batches
         dev = self.master.device
         self._bufs = [torch.zeros(self._layout.padded, dtype=torch.float32, device=dev) for _ in range(2)]
@@ -98,7 +102,7 @@ class ACCO(ShardedOptimizer):
         self._acc = 0  # index of the buffer the closure's gradients are summed into
         lossy = error_feedback and not self.grad_codec.exact
         self.feedback = [mpicomp.ErrorFeedback() if lossy else None for _ in range(2)]
-        self._worker_comm = owned_dup(self, comm)
+        self._worker_comm = owned_dup(self, self.comm)
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mpicomp-acco")
         self._started = False
         self._first_half = None  # (reduced shard sum of g~_t, its micro-batch count)
@@ -168,13 +172,14 @@ class ACCO(ShardedOptimizer):
             if future is not None and future.done() and future.exception() is not None:
                 break
             if ready is None and n >= self.min_micro_batches and (future is None or future.done()):
-                ready, since = self._meta.comm.Ibarrier(), time.perf_counter()
+                ready, since = _waits.call(_ROUND, self._meta.comm.Ibarrier), time.perf_counter()
                 # The last rank to get here would otherwise start one more micro-batch
                 # before the barrier's messages arrive: give them a moment.
                 deadline = time.perf_counter() + _BARRIER_GRACE_S
-                while not ready.Test() and time.perf_counter() < deadline:
+                while not _waits.call(_ROUND, ready.Test) and time.perf_counter() < deadline:
                     pass
-            if ready is not None and (ready.Test() or (timeout and time.perf_counter() - since > timeout)):
+            if ready is not None and (_waits.call(_ROUND, ready.Test) or
+                                      (timeout and time.perf_counter() - since > timeout)):
                 break
             try:
                 stats["loss_sum"] += self._micro_batch(closure)
@@ -195,9 +200,9 @@ class ACCO(ShardedOptimizer):
         if commit and result is not None:
             self._layout.write_params(result)
         if ready is None:
-            ready, since = self._meta.comm.Ibarrier(), time.perf_counter()
+            ready, since = _waits.call(_ROUND, self._meta.comm.Ibarrier), time.perf_counter()
         left = max(timeout - (time.perf_counter() - since), 1e-3) if timeout else 0
-        _waits.wait(ready, left, "ACCO.step: the round's barrier")
+        _waits.wait(ready, left, _ROUND)
         stats["comm_wait_s"] += time.perf_counter() - start
         stats["micro_batches"] += n
         # One small exchange per round: micro-batch counts, and whether any rank failed.

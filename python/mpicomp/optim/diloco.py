@@ -14,6 +14,7 @@ from ..torch import allreduce_gradients, traffic
 from .._agree import agree
 from .._waits import Timed
 from . import _diloco_checkpoint
+from ._sharded import timed_dup
 
 __all__ = ["DiLoCo"]
 
@@ -109,6 +110,9 @@ class DiLoCo:
         overlap: average each fragment's outer gradient while the next inner step runs
             (tau = 1, above). Needs MPI_THREAD_MULTIPLE (mpi4py's default).
         overlap_mix: alpha of the merge after an overlapped sync, in [0, 1] (default 0.5).
+        timeout: seconds (or a ``datetime.timedelta``) its calls wait for the other ranks
+            before raising CommTimeoutError, as torch's ``timeout=``; 0: no limit. None:
+            ``comm``'s own (``mpicomp.set_timeout``), else ``config.timeout_s`` (30 minutes).
 
     Attributes:
         inner_step: inner steps taken so far (the outer schedule counts from it).
@@ -125,10 +129,12 @@ class DiLoCo:
 
     def __init__(self, model, inner_optimizer, comm=MPI.COMM_WORLD, sync_every=500, outer_lr=0.7,
                  outer_momentum=0.9, nesterov=True, codec="none", error_feedback=False, fragments=1,
-                 outer_optimizer=None, inner_comm=None, overlap=False, overlap_mix=0.5):
-        self.comm = _intracomm(comm, "comm")
-        self.inner_comm = None if inner_comm is None else _intracomm(inner_comm, "inner_comm")
-        # Agreements and the optimizer's own messages wait at most config.timeout_s.
+                 outer_optimizer=None, inner_comm=None, overlap=False, overlap_mix=0.5, timeout=None):
+        # Duplicates (the timeout= is theirs, not the caller's communicators'), on every rank.
+        self.comm, bad_timeout = timed_dup(self, _intracomm(comm, "comm"), timeout)
+        self.inner_comm = None if inner_comm is None else timed_dup(self, _intracomm(inner_comm, "inner_comm"),
+                                                                    timeout)[0]
+        # Agreements and the optimizer's own messages wait at most the timeout.
         self._workers = Timed(self.comm)
         self._island = None if inner_comm is None else Timed(self.inner_comm)
         self._comms = [self._workers] if inner_comm is None else [self._workers, self._island, self._workers]
@@ -140,6 +146,8 @@ class DiLoCo:
         self._inflight = []  # overlapped syncs under way: (fragment, outer gradient, Request)
         error = None
         try:
+            if bad_timeout is not None:
+                raise bad_timeout
             if not isinstance(overlap, bool):
                 raise ArgumentError(f"DiLoCo: overlap must be a bool, got {overlap!r}")
             self.overlap, self.overlap_mix = overlap, _number(overlap_mix, "overlap_mix")

@@ -43,6 +43,9 @@ class ZeRO1(ShardedOptimizer):
         param_codec: codec of the parameter allgather.
         error_feedback: keep what a lossy ``grad_codec`` drops and add it to the next
             step's gradients (mpicomp.ErrorFeedback).
+        timeout: seconds (or a ``datetime.timedelta``) its calls wait for the other ranks
+            before raising CommTimeoutError, as torch's ``timeout=``; 0: no limit. None:
+            ``comm``'s own (``mpicomp.set_timeout``), else ``config.timeout_s`` (30 minutes).
         **opt_kwargs: passed to ``optimizer_class`` (lr, betas, weight_decay, ...).
 
     Attributes:
@@ -59,8 +62,9 @@ class ZeRO1(ShardedOptimizer):
     """
 
     def __init__(self, params, optimizer_class, comm=MPI.COMM_WORLD, grad_codec="none", param_codec="none",
-                 error_feedback=False, **opt_kwargs):
-        super().__init__(params, optimizer_class, comm, grad_codec, param_codec, error_feedback, opt_kwargs)
+                 error_feedback=False, timeout=None, **opt_kwargs):
+        super().__init__(params, optimizer_class, comm, grad_codec, param_codec, error_feedback, opt_kwargs,
+                         timeout=timeout)
         self._grads = torch.zeros(self._layout.padded, dtype=torch.float32, device=self.master.device)
         lossy = error_feedback and not self.grad_codec.exact
         self.feedback = mpicomp.ErrorFeedback() if lossy else None

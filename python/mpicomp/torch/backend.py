@@ -91,11 +91,17 @@ class _Work(dist.Work):
     """A torch Work over a torch Future whose ``wait()`` raises the operation's error (the
     Work of torch's ``_create_work_from_future`` reports success whatever the future holds),
     and gives up after ``timeout`` (a timedelta, as torch's ``work.wait(timeout)``) with
-    CommTimeoutError, the operation still running."""
+    CommTimeoutError, the operation still running.
+
+    ``get_future()`` holds the error as a C++ one, a RuntimeError naming the class ("Got the
+    following error when running the callback: CommTimeoutError: ..."): torch's C++ readers of
+    the future (DDP's reducer without a comm hook) read a Python exception without the GIL
+    and crash the process (torch 2.13). ``wait()`` raises the typed error."""
 
     def __init__(self, fut):
         super().__init__()
         self._fut = fut
+        self._cpp_fut = fut.then(lambda f: f.wait())
 
     def wait(self, timeout=None):
         seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else 0
@@ -109,7 +115,7 @@ class _Work(dist.Work):
         return True
 
     def get_future(self):
-        return self._fut
+        return self._cpp_fut
 
     def is_completed(self):
         return self._fut.done()
@@ -118,7 +124,7 @@ class _Work(dist.Work):
 def _all(works, result):
     """One Work for several started in order: done when all are, with ``result``, or with the
     error of the first that failed (each still runs: the ranks' sequences stay aligned)."""
-    return _Work(_futures.all_of([w.get_future() for w in works], result))
+    return _Work(_futures.all_of([w._fut for w in works], result))
 
 
 def _apart(x, out):
@@ -260,7 +266,7 @@ class ProcessGroupMpicomp(dist.ProcessGroup):
                 o.copy_(part.view_as(o))
             return output_lists
 
-        return _Work(_futures.then(self.all_gather_single(flat, inp, opts).get_future(), scatter))
+        return _Work(_futures.then(self.all_gather_single(flat, inp, opts)._fut, scatter))
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
         return _all([self.all_gather_single(o, i, opts) for o, i in zip(outputs, inputs)], outputs)

@@ -14,7 +14,7 @@ from ...errors import ArgumentError, MpicompError
 from ...nodes import node_layout
 from ..._agree import agree
 from ..._waits import Timed
-from .._sharded import ShardedOptimizer, build_optimizer, owned_dup
+from .._sharded import ShardedOptimizer, build_optimizer, owned_dup, timed_dup
 from . import checkpoint
 from .groups import GROUPS, Groups, check_partition, check_ranks_per_node
 from .plan import communication_plan, memory_bytes
@@ -73,6 +73,9 @@ class AMSP(torch.optim.Optimizer):
         prefetch: with s_p > 1, start the next module's gather while this one computes
             (step 1). It holds one more module's parameters at a time; False gathers each
             module only when it runs (the memory of one module at a time).
+        timeout: seconds (or a ``datetime.timedelta``) its calls wait for the other ranks
+            before raising CommTimeoutError, as torch's ``timeout=``; 0: no limit. None:
+            ``comm``'s own (``mpicomp.set_timeout``), else ``config.timeout_s`` (30 minutes).
         **opt_kwargs: passed to ``optimizer_class``.
 
     Attributes:
@@ -87,15 +90,18 @@ class AMSP(torch.optim.Optimizer):
     """
 
     def __init__(self, model, optimizer_class, shard, comm=MPI.COMM_WORLD, ranks_per_node=None, codec="none",
-                 error_feedback=False, prefetch=True, **opt_kwargs):
+                 error_feedback=False, prefetch=True, timeout=None, **opt_kwargs):
         who = "AMSP"
         if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
             raise ArgumentError(f"{who}: comm must be an mpi4py intra-communicator (e.g. mesh.dp), got {comm!r}")
-        self.comm, world, rank = comm, comm.Get_size(), comm.Get_rank()
-        self._meta = Timed(owned_dup(self, comm))  # agreements and metadata: at most config.timeout_s
+        self.comm, bad_timeout = timed_dup(self, comm, timeout)
+        world, rank = comm.Get_size(), comm.Get_rank()
+        self._meta = Timed(owned_dup(self, self.comm))  # agreements and metadata: at most the timeout
         layout = node_layout(comm) if ranks_per_node is None else None  # collective: before any raise
         error, signature = None, None
         try:
+            if bad_timeout is not None:
+                raise bad_timeout
             if layout is not None:
                 ranks_per_node = layout.block
                 if ranks_per_node is None:
@@ -131,7 +137,9 @@ class AMSP(torch.optim.Optimizer):
         self.optimizer_class, self.model = optimizer_class, model
         self.groups = Groups(self.shard, world, rank)
         # Split is collective over comm: every rank makes every group, in this order.
-        self.comms = {g: comm.Split(self.groups.color[g], self.groups.key[g]) for g in GROUPS}
+        self.comms = {g: self.comm.Split(self.groups.color[g], self.groups.key[g]) for g in GROUPS}
+        for c in self.comms.values():  # a split does not inherit attributes, as a duplicate does
+            mpicomp.set_timeout(c, mpicomp.timeout_of(self.comm))
         self.wire = {g: self.codecs["inter" if self.groups.spans_nodes(g, self.ranks_per_node) else "intra"]
                      for g in GROUPS}
         self.error_feedback, self._feedback, self.prefetch = error_feedback, {}, prefetch
