@@ -1,6 +1,7 @@
 """What a newcomer meets first, run as they would run it: the README's "Use" example under
 mpiexec on one machine (the codec named is applied there), the statistics and the verbose
-notice from the environment, the renamed setting refused, mpicomp-config."""
+notice from the environment, the renamed setting refused, a misspelt one reported,
+mpicomp-config."""
 import os
 import subprocess
 import sys
@@ -54,6 +55,13 @@ def test_stats_and_verbose_from_the_environment():
 def test_the_old_compress_local_variable_is_refused():
     r = run(1, "-c", "import mpicomp", MPICOMP_COMPRESS_LOCAL="1")
     assert r.returncode != 0 and "MPICOMP_SKIP_LOCAL=1" in r.stderr
+
+
+def test_a_misspelt_variable_is_reported():
+    """Python warns (once per process); the interposer says so at start-up (tests/test_pmpi.py)."""
+    r = run(1, "-c", "import mpicomp", MPICOMP_MIN_BYTS="1", MPICOMP_MIN_BYTES="1")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stderr.count("unknown variable") == 1 and "MPICOMP_MIN_BYTS ignored" in r.stderr, r.stderr
 
 
 def test_mpicomp_config_prints_paths_and_flags():

@@ -122,6 +122,14 @@ def test_startup_line_says_it_is_loaded(program):
     assert "MPI_Allreduce/MPI_Iallreduce int8" in lines[0] and "MPI_Reduce_scatter_block off" in lines[0]
 
 
+def test_a_misspelt_variable_is_reported(program):
+    r = mpiexec(2, program, "int8", MPICOMP_CODEC="int8", MPICOMP_SEGMENT_BYTE="4096")
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = [line for line in r.stderr.splitlines() if "unknown variable" in line]
+    assert lines == ["mpicomp (LD_PRELOAD): unknown variable MPICOMP_SEGMENT_BYTE ignored (a misspelling? "
+                     "README: Configuration)"], r.stderr[-2000:]  # rank 0 only
+
+
 def test_verbose_says_why_a_call_was_not_compressed(program):
     r = mpiexec(2, program, "int8", MPICOMP_CODEC="int8", MPICOMP_VERBOSE="1")
     notes = [line for line in r.stderr.splitlines() if line.startswith("mpicomp: allreduce")]

@@ -11,6 +11,7 @@
 #include "../coll/coll.h"
 #include "../coll/config.h"
 #include "../coll/deadline.h"
+#include "../coll/environment.h"
 #include "../coll/scratch.h"
 #include "../coll/stages.h"
 #include "../coll/stats.h"
@@ -336,6 +337,7 @@ PYBIND11_MODULE(_core, m) {
   m.def("set_codec_threads", &set_codec_threads, "Threads per codec call; 0: the default (codecs/parallel.h)");
   m.def("codec_threads", &codec_threads, "Threads per codec call in use");
   m.def("timed_out", [](py::handle comm) { return timed_out(comm_of(comm)); });
+  m.def("unknown_environment", &unknown_environment, "MPICOMP_* variables set here that no layer reads");
   m.def("timeout_of", [](py::handle comm, double configured) { return timeout_of(comm_of(comm), configured); });
   m.def("set_timeout", [](py::handle comm, double seconds) { set_timeout(comm_of(comm), seconds); },
         "Calls on comm, and on its later duplicates, wait at most seconds (0: no limit)");

@@ -18,6 +18,7 @@
 #include "../coll/coll.h"
 #include "../coll/config.h"
 #include "../coll/deadline.h"
+#include "../coll/environment.h"
 #include "../coll/mpi_util.h"
 #include "../coll/stats.h"
 #include "agree.h"
@@ -242,6 +243,9 @@ void announce() {
                "error_feedback=%d%s\n",
                what.c_str(), types.c_str(), g_settings.min_bytes, int(g_settings.skip_local), int(g_settings.error_feedback),
                g_settings.stats ? "; statistics at MPI_Finalize" : " (MPICOMP_STATS=1: statistics at MPI_Finalize)");
+  for (const std::string& name : unknown_environment())
+    std::fprintf(stderr, "mpicomp (LD_PRELOAD): unknown variable %s ignored (a misspelling? README: Configuration)\n",
+                 name.c_str());
   std::fflush(stderr);
 }
 

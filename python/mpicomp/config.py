@@ -84,6 +84,7 @@ the LD_PRELOAD interposer library, which reads its own ``MPICOMP_*`` variables (
 
 import os
 import sys
+import warnings
 from pathlib import Path
 
 from . import _core
@@ -158,6 +159,10 @@ if "MPICOMP_COMPRESS_LOCAL" in os.environ:
     # Renamed with the default flipped: refusing it beats silently ignoring a setting.
     raise ArgumentError("MPICOMP_COMPRESS_LOCAL is gone: compression is now applied on one node too, by default; "
                         "set MPICOMP_SKIP_LOCAL=1 to skip it there (and unset MPICOMP_COMPRESS_LOCAL)")
+
+# A misspelt variable is reported, not silently ignored (the list: cpp/coll/environment.cpp).
+for _unknown in _core.unknown_environment():
+    warnings.warn(f"mpicomp: unknown variable {_unknown} ignored (a misspelling? README: Configuration)", stacklevel=2)
 
 for _name, _env in _ENV.items():
     if _env in os.environ:
