@@ -6,7 +6,7 @@ from MPI too, so it runs as well with gloo.
     mpiexec -n 2 env MPICOMP_CODEC=int8 python examples/torch_distributed.py --backend mpicomp --wrap fsdp2
     mpiexec -n 2 python examples/torch_distributed.py --backend gloo
 
-Under mpiexec, ``init_process_group("mpicomp")`` needs no MASTER_ADDR, RANK or WORLD_SIZE:
+Under mpiexec or alone, ``init_process_group("mpicomp")`` needs no MASTER_ADDR, RANK or WORLD_SIZE:
 it takes them from MPI when they are not set; ``mpicomp.torch.rendezvous_from_mpi()`` does
 the same for gloo (without it, gloo's rendezvous is torch's own, which wants them). The
 model is a small byte-level transformer language model (torch.nn.TransformerEncoder with a

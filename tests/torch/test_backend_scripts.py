@@ -19,9 +19,11 @@ allow_open_mpi_here()
 
 
 def run(tmp_path, backend, wrap, n=2, **env):
+    """n ranks under mpiexec; n=None: one process started as `python script.py`."""
     out = tmp_path / f"{backend}-{wrap}-{n}-{len(env)}.json"
     clean = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")}
-    r = subprocess.run([MPIEXEC, "-n", str(n), sys.executable, str(ROOT / "examples" / "torch_distributed.py"),
+    launcher = [] if n is None else [MPIEXEC, "-n", str(n)]
+    r = subprocess.run([*launcher, sys.executable, str(ROOT / "examples" / "torch_distributed.py"),
                         "--backend", backend, "--wrap", wrap, "--steps", "6", "--width", "64", "--json", str(out)],
                        capture_output=True, text=True, timeout=300, env={**clean, **env})
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
@@ -33,6 +35,12 @@ def test_unmodified_script_equals_gloo(tmp_path, wrap):
     gloo, ours = run(tmp_path, "gloo", wrap), run(tmp_path, "mpicomp", wrap)
     assert ours["losses"] == gloo["losses"]
     assert ours["bytes_wire"] == ours["bytes_plain"] > 0 and gloo["bytes_wire"] == 0
+
+
+def test_without_mpiexec(tmp_path):
+    """`python examples/torch_distributed.py`, one process: neither backend asks for RANK."""
+    gloo, ours = run(tmp_path, "gloo", "ddp", None), run(tmp_path, "mpicomp", "ddp", None)
+    assert ours["losses"] == gloo["losses"] and len(ours["losses"]) == 6
 
 
 @pytest.mark.parametrize("wrap", ["ddp", "fsdp2"])

@@ -88,9 +88,9 @@ def _initialising_mpicomp():
 
 def install_rendezvous():
     """Wraps torch's ``env://`` handler (``init_process_group``'s default) so that
-    ``init_process_group("mpicomp")`` under mpiexec needs no MASTER_ADDR, MASTER_PORT, RANK or
-    WORLD_SIZE: where MASTER_ADDR is unset and MPI_COMM_WORLD has more than one rank, the
-    store comes from :func:`mpi_store` and rank and size from MPI. Every other rendezvous
+    ``init_process_group("mpicomp")`` needs no MASTER_ADDR, MASTER_PORT, RANK or WORLD_SIZE,
+    under mpiexec or started alone (one rank): where MASTER_ADDR is unset, the store comes
+    from :func:`mpi_store` and rank and size from MPI. Every other rendezvous
     (other backends, unless :func:`rendezvous_from_mpi` was called; MASTER_ADDR set) is
     torch's own handler's, unchanged. torch has no public way to replace a scheme's handler,
     so this wraps the one in its registry. Called when the backend is registered."""
@@ -108,7 +108,7 @@ def install_rendezvous():
 
         world = MPI.COMM_WORLD
         ours = _for_every_backend or _initialising_mpicomp()
-        if not ours or os.environ.get("MASTER_ADDR") or world.Get_size() == 1:
+        if not ours or os.environ.get("MASTER_ADDR"):
             yield from torch_env(url, timeout, **kwargs)
             return
         yield mpi_store(world, timeout), world.Get_rank(), world.Get_size()
