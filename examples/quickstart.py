@@ -16,3 +16,5 @@ s = mpicomp.stats()["allreduce"]  # what was compressed, and why not where it wa
 if comm.rank == 0:
     print(f"{comm.size} ranks: int8 max error {np.abs(y - exact).max():.2e}; {s['compressed']} of {s['calls']} "
           f"calls compressed, {s['bytes_wire']} bytes sent instead of {s['bytes_plain']}; not compressed: {s['skipped']}")
+    if comm.size == 1:
+        print("one rank: nothing travels; start it under mpiexec (first line)")

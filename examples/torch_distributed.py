@@ -11,7 +11,7 @@ it takes them from MPI when they are not set; ``mpicomp.torch.rendezvous_from_mp
 the same for gloo (without it, gloo's rendezvous is torch's own, which wants them). The
 model is a small byte-level transformer language model (torch.nn.TransformerEncoder with a
 causal mask) on the standard library's sources; every rank draws its own batches. Rank 0
-prints the loss every --log steps, and with --json writes the losses, each step's seconds
+prints the loss every --print-every steps, and with --json writes the losses, each step's seconds
 and the bytes mpicomp sent (mpicomp.stats()).
 """
 import argparse
@@ -57,7 +57,7 @@ def main():
     p.add_argument("--context", type=int, default=64, help="bytes per sequence")
     p.add_argument("--batch", type=int, default=16, help="sequences per step per rank")
     p.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate")
-    p.add_argument("--log", type=int, default=10, help="print the loss every LOG steps")
+    p.add_argument("--print-every", type=int, default=10, help="print the loss every this many steps")
     p.add_argument("--json", default=None, metavar="PATH", help="write losses and bytes here (rank 0)")
     args = p.parse_args()
 
@@ -94,7 +94,7 @@ def main():
         dist.all_reduce(mean, op=dist.ReduceOp.AVG)
         losses.append(mean.item())
         step_seconds.append(time.perf_counter() - begin)
-        if rank == 0 and (step + 1) % args.log == 0:
+        if rank == 0 and (step + 1) % args.print_every == 0:
             print(f"step {step + 1} loss {losses[-1]:.4f}", flush=True)
     seconds = time.perf_counter() - start
     stats = mpicomp.stats()

@@ -33,6 +33,12 @@ def test_quickstart_compresses_on_one_node(n):
     assert "1 of 1 calls compressed" in line and "not compressed: {}" in line, line
 
 
+def test_quickstart_alone_says_to_use_mpiexec():
+    r = subprocess.run([sys.executable, str(QUICKSTART)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.splitlines()[-1] == "one rank: nothing travels; start it under mpiexec (first line)", r.stdout
+
+
 PROGRAM = r"""
 import numpy as np, mpicomp
 from mpi4py import MPI

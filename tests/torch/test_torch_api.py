@@ -105,6 +105,8 @@ def test_traffic_counts_the_codec_bytes():
     assert t.bytes[("pp", "forward")] == 40
     dp = 2 * 3 * mpicomp.codec("int4").encoded_bytes(1 << 16) // 4 / 1e6
     assert repr(t) == f"Traffic(total {dp + 40e-6:.3f} MB; dp/gradients: {dp:.3f} MB, pp/forward: 0.000 MB)"
+    assert dict(t) == {("dp", "gradients"): t["dp", "gradients"], ("pp", "forward"): 40}  # a mapping, as documented
+    assert t["tp", "forward"] == 0 and ("tp", "forward") not in t and len(t) == 2
 
 
 def test_one_rank_layers_are_plain_linear():

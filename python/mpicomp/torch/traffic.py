@@ -3,6 +3,7 @@ training script can report what each policy moves (the quantity the hybrid-compr
 Xu et al., arXiv 2409.02423, trades against loss)."""
 
 from collections import defaultdict
+from collections.abc import Mapping
 
 import mpicomp
 
@@ -14,8 +15,10 @@ def _wire_bytes(t, codec):
     return mpicomp.codec(codec).message_bytes(tuple(t.shape), t.dtype)
 
 
-class Traffic:
-    """Payload bytes this rank sent, keyed by (dimension, kind), e.g. ("dp", "gradients").
+class Traffic(Mapping):
+    """Payload bytes this rank sent, keyed by (dimension, kind), e.g. ("dp", "gradients"): a
+    read-only mapping (``traffic["dp", "gradients"]``, ``dict(traffic)``, ``traffic.items()``)
+    in which a key nothing was sent under reads 0.
 
     An allreduce over p ranks counts 2 (p - 1) / p times the encoded message (a
     reduce-scatter stage then an allgather stage, each rank sending all parts but its own);
@@ -38,6 +41,18 @@ class Traffic:
     def send(self, key, tensor, codec):
         """Records a point-to-point send of ``tensor`` with ``codec``."""
         self.bytes[key] += _wire_bytes(tensor, codec)
+
+    def __getitem__(self, key):
+        return self.bytes.get(key, 0)
+
+    def __contains__(self, key):
+        return key in self.bytes
+
+    def __iter__(self):
+        return iter(self.bytes)
+
+    def __len__(self):
+        return len(self.bytes)
 
     def total(self):
         return sum(self.bytes.values())
