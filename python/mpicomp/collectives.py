@@ -16,6 +16,7 @@ from ._buffers import array_info, collective_args, dtype_name
 from .codecs import _CACHE as _codec_cache
 from .codecs import PowerSGDCodec, wire_codec
 from .codecs import codec as _codec
+from .config import codec_from_environment
 from .errors import ArgumentError, BackendError, CommTimeoutError, MpicompError
 from .feedback import ErrorFeedback
 
@@ -29,8 +30,15 @@ _OPS = {"sum": False, "avg": True}
 _MPI_OPS = ("SUM", "MAX", "MIN", "PROD", "LAND", "LOR", "BAND", "BOR", "MAXLOC", "MINLOC")
 
 DEFAULT_CODEC = "int8"
-"""The codec of a call that names none (codec=None): blockwise int8 for float32, float16 and
-bfloat16 arrays, "none" (exact) for float64 and integer arrays, which no codec compresses."""
+"""The codec of a call that names none (codec=None) when no variable names one: blockwise
+int8 for float32, float16 and bfloat16 arrays. float64 and integer arrays, which no codec
+compresses, always default to "none" (exact)."""
+
+
+# The default codec of each collective (None: send and recv), from the environment as the
+# interposer's and the torch backend's are; an invalid value fails the import.
+_DEFAULTS = {None: codec_from_environment(None, DEFAULT_CODEC),
+             **{i: codec_from_environment(n, DEFAULT_CODEC) for n, i in _core.COLL_IDS.items()}}
 
 
 def _torch_float64():
@@ -39,14 +47,15 @@ def _torch_float64():
     return torch.float64
 
 
-def _default_codec(x):
-    """The codec of a call on x that names none (DEFAULT_CODEC)."""
+def _default_codec(x, coll=None):
+    """The codec of a call of collective coll (None: send, recv) on x that names none."""
+    named = _DEFAULTS[coll]
     if type(x).__module__.startswith("torch"):
-        return DEFAULT_CODEC if x.is_floating_point() and x.dtype != _torch_float64() else "none"
+        return named if x.is_floating_point() and x.dtype != _torch_float64() else "none"
     try:
-        return DEFAULT_CODEC if np.dtype(x.dtype).kind == "f" and np.dtype(x.dtype).itemsize < 8 else "none"
+        return named if np.dtype(x.dtype).kind == "f" and np.dtype(x.dtype).itemsize < 8 else "none"
     except (AttributeError, TypeError):  # not an array, or bfloat16 spelled by another library
-        return DEFAULT_CODEC
+        return named
 
 
 def _avg(op):
@@ -177,8 +186,9 @@ def allreduce(x, comm=MPI.COMM_WORLD, codec=None, op="sum", out=None, error_feed
             float32, float16, bfloat16 or float64 (integers with codec "none"), any shape.
             GPU arrays are reduced on their GPU, on the current stream (CUDA builds).
         comm: an mpi4py intra-communicator (COMM_WORLD, a Split, Dup or Create_cart of it).
-        codec: spec string or Codec (see mpicomp.codec); None (the default): "int8" for
-            floating-point x, "none" (exact) for integers. "none" uses the MPI library's own
+        codec: spec string or Codec (see mpicomp.codec); None (the default):
+            ``MPICOMP_ALLREDUCE_CODEC``, else ``MPICOMP_CODEC``, else "int8" for float32 and
+            16-bit x, "none" (exact) for float64 and integers. "none" uses the MPI library's own
             allreduce. Below ``config.min_bytes`` the data is sent uncompressed (counted in
             mpicomp.stats(), like every call sent uncompressed).
         op: "sum", "avg" (the sum divided by the communicator size) or MPI.SUM.
@@ -193,7 +203,7 @@ def allreduce(x, comm=MPI.COMM_WORLD, codec=None, op="sum", out=None, error_feed
         bound (see mpicomp.powersgd).
     """
     if codec is None:
-        codec = _default_codec(x)
+        codec = _default_codec(x, _ALLREDUCE)
     known = _cached(codec)
     if (known is None or not known.wire) and _powersgd(codec):
         from . import powersgd
@@ -211,7 +221,7 @@ def reduce_scatter(x, comm=MPI.COMM_WORLD, codec=None, op="sum", out=None, error
     Each rank compresses each part once; its own part is added exactly. codec and op as
     for allreduce."""
     if codec is None:
-        codec = _default_codec(x)
+        codec = _default_codec(x, _REDUCE_SCATTER)
     if error_feedback is None and type(x) is np.ndarray:
         return _numpy(_REDUCE_SCATTER, comm, x, codec, out, op)
     return _execute(_REDUCE_SCATTER, _prepare(_REDUCE_SCATTER, comm, x, codec, out, error_feedback, op,
@@ -223,7 +233,7 @@ def allgather(x, comm=MPI.COMM_WORLD, codec=None, out=None, error_feedback=None)
     Each rank's x is compressed once; every rank, its owner included, decodes the same bytes,
     so all ranks get identical results. codec as for allreduce."""
     if codec is None:
-        codec = _default_codec(x)
+        codec = _default_codec(x, _ALLGATHER)
     if error_feedback is None and type(x) is np.ndarray:
         return _numpy(_ALLGATHER, comm, x, codec, out, "sum")
     return _execute(_ALLGATHER, _prepare(_ALLGATHER, comm, x, codec, out, error_feedback, "sum",
@@ -263,7 +273,7 @@ def _start(coll, x, comm, codec, op, out, error_feedback):
                            f"initialised at MPI_THREAD_{levels.get(MPI.Query_thread(), MPI.Query_thread())}: leave "
                            f"mpi4py.rc.thread_level at 'multiple', or call {_NAMES[coll]}")
     if codec is None:
-        codec = _default_codec(x)
+        codec = _default_codec(x, coll)
     acomm, executor = _comm.worker(comm)
 
     # A bad argument raises here, at once; the other ranks learn of it from a rejection that

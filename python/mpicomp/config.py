@@ -175,6 +175,35 @@ for _name, _env in _ENV.items():
         setattr(config, _name, _value)
 
 
+def codec_from_environment(op, default):
+    """The codec spec the environment names for collective ``op`` ("allreduce",
+    "reduce_scatter", "allgather"; None: send and recv): ``MPICOMP_<OP>_CODEC``, else
+    ``MPICOMP_CODEC``, else ``default``; "off", the interposer's pass-through, is "none"
+    (MPI's own collective) here. The one rule of the Python API and the torch backend, as of
+    the interposer. An invalid value raises CodecError naming the variable."""
+    from .codecs import codec
+    from .errors import CodecError
+
+    for var in ([f"MPICOMP_{op.upper()}_CODEC"] if op else []) + ["MPICOMP_CODEC"]:
+        spec = os.environ.get(var)
+        if spec:
+            spec = "none" if spec.strip() == "off" else spec
+            try:
+                codec(spec)
+            except CodecError as e:
+                raise CodecError(f"{var}={os.environ[var]!r}: {e}") from None
+            return spec
+    return default
+
+
+def flag_from_environment(var, default=False):
+    """A 0/1 variable (MPICOMP_ERROR_FEEDBACK): anything else raises ArgumentError."""
+    value = os.environ.get(var, "").strip()
+    if value not in ("", "0", "1"):
+        raise ArgumentError(f"{var} must be 0 or 1, got {os.environ[var]!r}")
+    return default if not value else value == "1"
+
+
 def preload_path():
     """Path of libmpicomp_pmpi.so, the interposer for unmodified MPI programs."""
     return str(Path(__file__).with_name("libmpicomp_pmpi.so"))

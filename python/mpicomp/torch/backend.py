@@ -20,7 +20,6 @@ size differs between ranks raises ``ShapeMismatchError`` on every rank (through
 ``work.wait()``), never a hang, and the group stays usable.
 """
 import datetime
-import os
 import threading
 from collections import OrderedDict
 
@@ -34,6 +33,7 @@ import mpicomp
 from .. import _comm, _waits
 from .._agree import agree
 from ..codecs import wire_codec
+from ..config import codec_from_environment, flag_from_environment
 from ..errors import ArgumentError, BackendError, CommTimeoutError
 from . import _futures, distributed
 
@@ -66,15 +66,12 @@ class BackendOptions:
     """
 
     def __init__(self, codec=None, allreduce=None, reduce_scatter=None, allgather=None, error_feedback=None):
-        env = os.environ.get
-        codec = codec or env("MPICOMP_CODEC") or "none"
-        self.codecs = {"allreduce": allreduce or env("MPICOMP_ALLREDUCE_CODEC") or codec,
-                       "reduce_scatter": reduce_scatter or env("MPICOMP_REDUCE_SCATTER_CODEC") or codec,
-                       "allgather": allgather or env("MPICOMP_ALLGATHER_CODEC") or codec}
+        named = {"allreduce": allreduce, "reduce_scatter": reduce_scatter, "allgather": allgather}
+        self.codecs = {op: spec or codec or codec_from_environment(op, "none") for op, spec in named.items()}
         for op, spec in self.codecs.items():
             wire_codec(spec, f"backend_options: the {op} codec")
         if error_feedback is None:
-            error_feedback = env("MPICOMP_ERROR_FEEDBACK", "0") == "1"
+            error_feedback = flag_from_environment("MPICOMP_ERROR_FEEDBACK")
         self.error_feedback = bool(error_feedback)
 
     def __repr__(self):

@@ -1,0 +1,66 @@
+"""One rule for the codec variables in every layer (the interposer's, tests/test_pmpi.py): a
+call that names no codec takes MPICOMP_<OP>_CODEC, else MPICOMP_CODEC, else the layer's own
+default (the Python API int8, the torch backend none, the interposer off); "off" means MPI's
+own collective; an invalid value is refused at import, naming the variable; so is an
+MPICOMP_ERROR_FEEDBACK other than 0 or 1."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BIN = Path(sys.executable).parent
+
+# The bytes sent by an allreduce and an allgather that name no codec, and by the same calls
+# naming the codecs the variables should give (printed by rank 0).
+PROGRAM = r"""
+import sys, numpy as np, mpicomp
+x = np.random.default_rng(0).standard_normal(1 << 18).astype(np.float32)
+def sent(coll, codec=None):
+    mpicomp.reset_stats()
+    getattr(mpicomp, coll)(x, codec=codec)
+    return mpicomp.stats()[coll]["bytes_wire"]
+got = [sent("allreduce"), sent("allreduce", sys.argv[1]), sent("allgather"), sent("allgather", sys.argv[2])]
+if mpicomp.MPI.COMM_WORLD.rank == 0:
+    print(*got)
+"""
+
+
+def run(*args, n=2, **env):
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("MPICOMP_")}
+    return subprocess.run([str(BIN / "mpiexec"), "-n", str(n), sys.executable, *args], capture_output=True,
+                          text=True, timeout=120, env={**clean, "MPICOMP_TIMEOUT": "60", **env})
+
+
+@pytest.mark.parametrize("env,allreduce,allgather", [
+    ({}, "int8", "int8"),
+    ({"MPICOMP_CODEC": "int4"}, "int4", "int4"),
+    ({"MPICOMP_CODEC": "bf16", "MPICOMP_ALLGATHER_CODEC": "int4"}, "bf16", "int4"),
+    ({"MPICOMP_CODEC": "off"}, "none", "none"),
+])
+def test_the_python_api_default_follows_the_variables(env, allreduce, allgather):
+    r = run("-c", PROGRAM, allreduce, allgather, **env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    default_ar, named_ar, default_ag, named_ag = map(int, r.stdout.split())
+    assert (default_ar, default_ag) == (named_ar, named_ag), r.stdout
+
+
+def test_the_backend_default_follows_the_variables():
+    code = "import mpicomp.torch as mt; print(mt.backend_options().codecs, mt.backend_options(codec='int4').codecs)"
+    r = run("-c", code, n=1, MPICOMP_CODEC="off", MPICOMP_REDUCE_SCATTER_CODEC="bf16", MPICOMP_ERROR_FEEDBACK="1")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split("} {")[0] == "{'allreduce': 'none', 'reduce_scatter': 'bf16', 'allgather': 'none'", r.stdout
+    assert "{'allreduce': 'int4', 'reduce_scatter': 'int4', 'allgather': 'int4'}" in r.stdout  # named beats the variables
+
+
+@pytest.mark.parametrize("var,value,error", [
+    ("MPICOMP_CODEC", "int9", "CodecError: MPICOMP_CODEC='int9': unknown codec 'int9'"),
+    ("MPICOMP_ALLREDUCE_CODEC", "int4:block=3", "CodecError: MPICOMP_ALLREDUCE_CODEC='int4:block=3'"),
+    ("MPICOMP_ERROR_FEEDBACK", "yes", "ArgumentError: MPICOMP_ERROR_FEEDBACK must be 0 or 1, got 'yes'"),
+])
+def test_an_invalid_value_is_refused_at_import(var, value, error):
+    module = "mpicomp.torch" if var == "MPICOMP_ERROR_FEEDBACK" else "mpicomp"
+    code = f"import {module} as m; getattr(m, 'backend_options', lambda: None)()"
+    r = run("-c", code, n=1, **{var: value})
+    assert r.returncode != 0 and error in r.stderr, r.stderr[-2000:]
