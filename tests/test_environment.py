@@ -2,7 +2,7 @@
 call that names no codec takes MPICOMP_<OP>_CODEC, else MPICOMP_CODEC, else the layer's own
 default (the Python API int8, the torch backend none, the interposer off); "off" means MPI's
 own collective; an invalid value is refused at import, naming the variable; so is an
-MPICOMP_ERROR_FEEDBACK other than 0 or 1."""
+MPICOMP_ERROR_FEEDBACK other than 0 or 1. One byte-count syntax (64K, 16MiB) everywhere."""
 import os
 import subprocess
 import sys
@@ -64,3 +64,24 @@ def test_an_invalid_value_is_refused_at_import(var, value, error):
     code = f"import {module} as m; getattr(m, 'backend_options', lambda: None)()"
     r = run("-c", code, n=1, **{var: value})
     assert r.returncode != 0 and error in r.stderr, r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("text,size", [("65536", 65536), ("64K", 65536), ("64kib", 65536), ("16MiB", 16 << 20),
+                                       ("1G", 1 << 30), ("2048B", 2048), ("1e3", None), ("64 K", None),
+                                       ("-5", None), ("0x100", None), ("K", None)])
+def test_one_size_syntax_in_every_layer(text, size):
+    """MPICOMP_MIN_BYTES in the Python API and in the interposer, and the benchmarks' -m."""
+    from test_pmpi import PRELOAD
+
+    r = run("-c", "import mpicomp; print(mpicomp.config.min_bytes)", n=1, MPICOMP_MIN_BYTES=text)
+    assert (r.returncode == 0 and r.stdout.split() == [str(size)]) if size else \
+        (r.returncode != 0 and "MPICOMP_MIN_BYTES must be a byte count" in r.stderr), r.stdout + r.stderr[-1000:]
+    r = run("-c", "from mpi4py import MPI", n=1, LD_PRELOAD=PRELOAD, MPICOMP_CODEC="int8", MPICOMP_MIN_BYTES=text)
+    assert (r.returncode == 0 and f"from {size} bytes" in r.stderr) if size else \
+        (r.returncode != 0 and f"invalid setting MPICOMP_MIN_BYTES={text}" in r.stderr), r.stderr[-1000:]
+    from mpicomp.bench.options import size as bench_size
+    if size:
+        assert bench_size(text) == size
+    else:
+        with pytest.raises(Exception, match="bad size"):
+            bench_size(text)

@@ -338,6 +338,10 @@ PYBIND11_MODULE(_core, m) {
   m.def("codec_threads", &codec_threads, "Threads per codec call in use");
   m.def("timed_out", [](py::handle comm) { return timed_out(comm_of(comm)); });
   m.def("unknown_environment", &unknown_environment, "MPICOMP_* variables set here that no layer reads");
+  m.def("parse_size", [](const std::string& text) -> py::object {
+    size_t n = 0;
+    return parse_size(text, n) ? py::object(py::int_(n)) : py::object(py::none());
+  }, "A byte count as every layer takes it ('65536', '64K', '16MiB'), or None");
   m.def("timeout_of", [](py::handle comm, double configured) { return timeout_of(comm_of(comm), configured); });
   m.def("set_timeout", [](py::handle comm, double seconds) { set_timeout(comm_of(comm), seconds); },
         "Calls on comm, and on its later duplicates, wait at most seconds (0: no limit)");

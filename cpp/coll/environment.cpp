@@ -1,7 +1,9 @@
 #include "environment.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
+#include <limits>
 #include <string_view>
 
 extern char** environ;
@@ -36,6 +38,27 @@ std::vector<std::string> unknown_environment() {
   }
   std::sort(out.begin(), out.end());
   return out;
+}
+
+bool parse_size(const std::string& text, size_t& out) {
+  size_t i = 0, n = 0;
+  if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0]))) return false;
+  for (; i < text.size() && std::isdigit(static_cast<unsigned char>(text[i])); ++i) {
+    const size_t d = size_t(text[i] - '0');
+    if (n > (std::numeric_limits<size_t>::max() - d) / 10) return false;
+    n = n * 10 + d;
+  }
+  std::string unit = text.substr(i);
+  for (char& c : unit) c = char(std::toupper(static_cast<unsigned char>(c)));
+  int shift = 0;
+  if (!unit.empty() && (unit[0] == 'K' || unit[0] == 'M' || unit[0] == 'G')) {
+    shift = unit[0] == 'K' ? 10 : unit[0] == 'M' ? 20 : 30;
+    unit.erase(0, 1);
+  }
+  if (!(unit.empty() || unit == "B" || (shift && unit == "IB"))) return false;
+  if (n > (std::numeric_limits<size_t>::max() >> shift)) return false;
+  out = n << shift;
+  return true;
 }
 
 }  // namespace mpicomp

@@ -11,4 +11,9 @@ namespace mpicomp {
 // The MPICOMP_* names set in this process's environment that no layer reads, sorted.
 std::vector<std::string> unknown_environment();
 
+// A byte count as every layer takes it (the *_BYTES variables, mpicomp.config, the
+// benchmarks' -m): digits, then optionally K, M or G (powers of 1024) and B or iB, any case:
+// "65536", "64K", "16MiB". False when text is none of these (or overflows).
+bool parse_size(const std::string& text, size_t& out);
+
 }  // namespace mpicomp

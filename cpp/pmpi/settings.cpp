@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "../codecs/blosc.h"
+#include "../coll/environment.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -93,15 +94,30 @@ bool read_codec(const char* var, std::optional<Spec>& out, std::string& error) {
   return true;
 }
 
-// A byte count in [lo, hi] (mpicomp.config's limits: a zero segment would divide by zero).
+// A byte count in [lo, hi] as every layer takes one (environment.h: parse_size; mpicomp.config's
+// limits: a zero segment would divide by zero).
 bool read_size(const char* var, size_t& out, std::string& error, long long lo, long long hi) {
+  const char* v = std::getenv(var);
+  if (!v) return true;
+  size_t n = 0;
+  if (!parse_size(v, n) || n < size_t(lo) || n > size_t(hi)) {
+    error = std::string(var) + "=" + v + ": expected a byte count in [" + std::to_string(lo) + ", " +
+            std::to_string(hi) + "] (65536, 64K, 16M)";
+    return false;
+  }
+  out = n;
+  return true;
+}
+
+// A count (threads, ranks) in [lo, hi].
+bool read_count(const char* var, size_t& out, std::string& error, long long lo, long long hi) {
   const char* v = std::getenv(var);
   if (!v) return true;
   char* end = nullptr;
   errno = 0;
-  long long n = std::strtoll(v, &end, 0);
+  long long n = std::strtoll(v, &end, 10);
   if (!*v || *end || errno || n < lo || n > hi) {
-    error = std::string(var) + "=" + v + ": expected a byte count in [" + std::to_string(lo) + ", " +
+    error = std::string(var) + "=" + v + ": expected an integer in [" + std::to_string(lo) + ", " +
             std::to_string(hi) + "]";
     return false;
   }
@@ -190,8 +206,8 @@ bool read_settings(Settings& s, std::string& error) {
          read_size("MPICOMP_SEGMENT_BYTES", s.segment_bytes, error, 1024, 1LL << 31) &&
          read_size("MPICOMP_CACHE_BYTES", s.cache_bytes, error, 0, 1LL << 62) &&
          read_size("MPICOMP_RESIDUAL_BYTES", s.residual_bytes, error, 0, 1LL << 62) &&
-         read_size("MPICOMP_CODEC_THREADS", s.codec_threads, error, 0, 1024) &&
-         read_size("MPICOMP_RANKS_PER_NODE", s.ranks_per_node, error, 0, 1 << 24) &&
+         read_count("MPICOMP_CODEC_THREADS", s.codec_threads, error, 0, 1024) &&
+         read_count("MPICOMP_RANKS_PER_NODE", s.ranks_per_node, error, 0, 1 << 24) &&
          read_hierarchy("MPICOMP_HIERARCHY", s.hierarchy, error) &&
          read_seconds("MPICOMP_TIMEOUT", s.timeout_s, error) &&
          read_flag("MPICOMP_ERROR_FEEDBACK", s.error_feedback, error) && read_flag("MPICOMP_STATS", s.stats, error) &&

@@ -166,12 +166,17 @@ for _unknown in _core.unknown_environment():
 
 for _name, _env in _ENV.items():
     if _env in os.environ:
-        try:
-            _value = (float(os.environ[_env]) if _name in _SECONDS else os.environ[_env] if _name == "hierarchy"
-                      else int(os.environ[_env], 0))
-        except ValueError:
-            raise ArgumentError(f"{_env} must be {'a number' if _name in _SECONDS else 'an integer'}, "
-                                f"got {os.environ[_env]!r}") from None
+        _text = os.environ[_env]
+        if _name.endswith("_bytes"):  # one size syntax in every layer (the interposer's, -m's)
+            _value = _core.parse_size(_text.strip())
+            if _value is None:
+                raise ArgumentError(f"{_env} must be a byte count (65536, 64K, 16M), got {_text!r}")
+        else:
+            try:
+                _value = float(_text) if _name in _SECONDS else _text if _name == "hierarchy" else int(_text)
+            except ValueError:
+                raise ArgumentError(f"{_env} must be {'a number' if _name in _SECONDS else 'an integer'}, "
+                                    f"got {_text!r}") from None
         setattr(config, _name, _value)
 
 

@@ -1,22 +1,19 @@
 """Command-line options shared by the benchmarks, with OSU's names and conventions."""
 import argparse
-import re
 
+from .. import _core
 from . import inputs
 
 # --compare's choices: what mpicomp is timed beside.
 COLLECTIVE_PEERS = {"mpi": "the MPI library's own collective, through mpi4py", "gloo": "torch.distributed's gloo"}
 PT2PT_PEERS = {"mpi": "the MPI library's own Send/Recv, through mpi4py"}
 
-_SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-
-
 def size(text):
-    """'4096', '64K', '16M', '1G' -> bytes."""
-    m = re.fullmatch(r"(\d+)([KMG]?)(?:i?B)?", text.strip(), re.IGNORECASE)
-    if not m or int(m.group(1)) <= 0:
+    """'4096', '64K', '16M', '1G' -> bytes: the syntax of every layer (MPICOMP_MIN_BYTES...)."""
+    n = _core.parse_size(text.strip())
+    if not n:
         raise argparse.ArgumentTypeError(f"bad size {text!r} (examples: 1024, 64K, 16M, 1G)")
-    return int(m.group(1)) * _SUFFIX[m.group(2).upper()]
+    return n
 
 
 def fmt_size(n):
