@@ -15,7 +15,7 @@ import pytest
 import mpicomp
 from mpicomp import _core
 from mpicomp.bench import inputs
-from mpicomp.bench.codecs import kernels
+from mpicomp.bench.codec_speed import kernels
 
 N = 1 << 22
 ROUNDS = 7

@@ -81,7 +81,8 @@ def main(argv=None):
     if args.command in ("codecs", "pt2pt", "plot", "summary", "plan", "model"):
         import importlib
 
-        return importlib.import_module(f".{args.command}", __package__).run(args)
+        module = {"codecs": "codec_speed"}.get(args.command, args.command)  # not a second mpicomp.codecs
+        return importlib.import_module(f".{module}", __package__).run(args)
     from . import collectives
 
     return collectives.run(args)

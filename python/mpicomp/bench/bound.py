@@ -57,7 +57,7 @@ import re
 
 import numpy as np
 
-from .codecs import seconds
+from .codec_speed import seconds
 
 __all__ = ["ALGORITHMS", "Link", "Speeds", "bound_us", "lanes", "traffic", "work"]
 

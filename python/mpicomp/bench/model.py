@@ -74,7 +74,7 @@ from dataclasses import dataclass
 
 from .. import _core
 from . import bound, inputs, report
-from .codecs import memcpy_gbps, seconds
+from .codec_speed import memcpy_gbps, seconds
 from .options import codec_list, fmt_size, size
 
 __all__ = ["ALGORITHMS", "Machine", "Kernels", "Parts", "predict", "uncompressed", "Figures", "measure", "load"]

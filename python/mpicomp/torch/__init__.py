@@ -14,7 +14,7 @@ with rank, size and store from MPI. Other backends' rendezvous stay torch's own 
 """
 
 from .backend import BackendOptions, ProcessGroupMpicomp, backend_options
-from .distributed import init_process_group, rendezvous_from_mpi
+from .rendezvous import init_process_group, rendezvous_from_mpi
 from .ddp import DDPHookState, GradientReducer, allreduce_gradients, compressed_allreduce_hook, ddp_hook
 from .mesh import Mesh
 from .pipeline import GPipe

@@ -35,7 +35,7 @@ from .._agree import agree
 from ..codecs import wire_codec
 from ..config import codec_from_environment, flag_from_environment
 from ..errors import ArgumentError, BackendError, CommTimeoutError
-from . import _futures, distributed
+from . import _futures, rendezvous
 
 __all__ = ["BackendOptions", "backend_options", "ProcessGroupMpicomp"]
 
@@ -439,4 +439,4 @@ def _create(dist_opts, options):
 
 if "MPICOMP" not in dist.Backend._plugins:  # registered once per process, whoever imports first
     dist.Backend.register_backend("mpicomp", _create, extended_api=True, devices=["cpu"])
-    distributed.install_rendezvous()  # init_process_group("mpicomp") only (distributed.py)
+    rendezvous.install_rendezvous()  # init_process_group("mpicomp") only (rendezvous.py)

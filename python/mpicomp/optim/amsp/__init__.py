@@ -7,7 +7,7 @@ over their own groups (s_p, s_g, s_os), the planner that picks them, and the opt
     opt = AMSP(model, torch.optim.AdamW, shard=p.shard, comm=mesh.dp, lr=3e-4)
 """
 
-from .execute import AMSP
+from .optimizer import AMSP
 from .groups import Groups, check_partition, valid_partitions
 from .plan import Candidate, bandwidth_from_bench, Collective, Plan, PlanError, communication_plan, memory_bytes, plan
 
