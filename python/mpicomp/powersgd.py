@@ -35,7 +35,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import collectives as _coll
-from ._buffers import collective_args, dtype_name
+from ._buffers import _is_torch, collective_args, dtype_name
 from .codecs import PowerSGDCodec
 from .errors import ArgumentError, MpicompError, ShapeMismatchError
 from .feedback import ErrorFeedback
@@ -140,6 +140,9 @@ def _prepare(comm, x, codec, given, op, out, tell=None, state_given=False):
     pcomm, c, avg = _coll._spec_args(_coll._ALLREDUCE, comm, codec, op, tell)
     try:
         out, _, _, _, dt, _ = collective_args(x, out, 0, pcomm.Get_size())
+        if not (isinstance(x, np.ndarray) or _is_torch(x)):
+            raise ArgumentError(f"allreduce: codec powersgd takes numpy arrays and torch tensors, got "
+                                f"{type(x).__module__}.{type(x).__name__}")
         c.check_dtype(dtype_name(dt))
         state = _state_for(c, given, state_given)
     except MpicompError as own:
@@ -187,10 +190,6 @@ def _low_rank(x, comm, state, avg, out, reduce):
             result = p @ q.T
             return _result(result / comm.Get_size() if avg else result, x, out)
     return _result(mat * float("nan"), x, out)
-
-
-def _is_torch(a):
-    return not isinstance(a, np.ndarray)
 
 
 def _float32(x):

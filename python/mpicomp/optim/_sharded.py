@@ -25,7 +25,7 @@ from .._waits import Timed
 from ..errors import ArgumentError, CheckpointError, MpicompError, RankFailedError, ShapeMismatchError
 
 __all__ = ["ShardedOptimizer", "CheckpointError", "RankFailedError", "build_optimizer", "check_checkpoint",
-           "owned_dup", "timed_dup"]
+           "owned_dup", "state_bytes", "timed_dup"]
 
 _FORMAT = "mpicomp.optim/1"
 
@@ -51,6 +51,12 @@ def timed_dup(owner, comm, timeout):
         return dup, ArgumentError(f"{type(owner).__name__}: timeout must be None, seconds in [0, 1e9] (0: no "
                                   f"limit) or a datetime.timedelta, got {timeout!r}")
     return dup, None
+
+
+def state_bytes(optimizer):
+    """Bytes of a torch optimizer's state tensors (ZeRO1's, ACCO's and AMSP's wrapped one)."""
+    return sum(v.numel() * v.element_size() for s in optimizer.state.values() for v in s.values()
+               if torch.is_tensor(v))
 
 
 def _free(comm):
@@ -236,8 +242,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
 
     def optimizer_state_bytes(self):
         """Bytes of the wrapped optimizer's state tensors on this rank (measured)."""
-        return sum(v.numel() * v.element_size() for s in self.inner.state.values() for v in s.values()
-                   if torch.is_tensor(v))
+        return state_bytes(self.inner)
 
     # -- checkpoints -----------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from ...errors import ArgumentError, MpicompError
 from ...nodes import node_layout
 from ..._agree import agree
 from ..._waits import Timed
-from .._sharded import ShardedOptimizer, build_optimizer, owned_dup, timed_dup
+from .._sharded import ShardedOptimizer, build_optimizer, owned_dup, state_bytes, timed_dup
 from . import checkpoint
 from .groups import GROUPS, Groups, check_partition, check_ranks_per_node
 from .plan import communication_plan, memory_bytes
@@ -340,8 +340,7 @@ class AMSP(torch.optim.Optimizer):
 
     def optimizer_state_bytes(self):
         """Bytes of the wrapped optimizer's state tensors on this rank (as ZeRO1's)."""
-        return sum(v.numel() * v.element_size() for s in self.inner.state.values() for v in s.values()
-                   if torch.is_tensor(v))
+        return state_bytes(self.inner)
 
     def memory(self):
         """Bytes this rank holds now for parameters (its shard, and gathered modules),
