@@ -112,6 +112,16 @@ def timeout_of(comm):
     return _core.timeout_of(comm, config.timeout_s)
 
 
+def inherit_timeout(source, comms):
+    """Gives each of ``comms`` the timeout ``source`` has of its own (set_timeout), if any: a
+    split, unlike a duplicate, does not inherit it. Without one they go on following
+    ``config.timeout_s``, as ``source`` does."""
+    own = _core.timeout_of(source, -1.0)
+    if own >= 0:
+        for c in comms:
+            _core.set_timeout(c, own)
+
+
 def set_timeout(comm, seconds):
     """mpicomp's calls on ``comm`` wait at most ``seconds`` (a number or a
     ``datetime.timedelta``; 0: no limit) for the other ranks, then raise CommTimeoutError,

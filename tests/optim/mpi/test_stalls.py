@@ -22,16 +22,16 @@ STALLED = N - 1
 @pytest.mark.parametrize("case", sorted(CASES))
 @pytest.mark.parametrize("set_by", ["config", "timeout="])
 def test_a_stalled_rank_makes_the_others_raise(monkeypatch, case, set_by):
-    """The timeout from config.timeout_s, or from the optimizer's own timeout= (config left
-    at its 30 minutes)."""
+    """The timeout from config.timeout_s, set after the optimizer was made (every call reads
+    it), or from the optimizer's own timeout= (config left at its 30 minutes)."""
     if N < 2:
         pytest.skip("needs 2 ranks")
-    if set_by == "config":
-        monkeypatch.setattr(mpicomp.config, "timeout_s", TIMEOUT)  # restored after the test
     make, step = CASES[case]
     comm = WORLD.Dup()
     model = toy_model()
     opt = make(model, comm, **({"timeout": datetime.timedelta(seconds=TIMEOUT)} if set_by == "timeout=" else {}))
+    if set_by == "config":
+        monkeypatch.setattr(mpicomp.config, "timeout_s", TIMEOUT)  # restored after the test
     step(opt, model, RANK, 0)  # every rank
     step(opt, model, RANK, 1)
     if RANK != STALLED:

@@ -13,6 +13,7 @@ from ...codecs import wire_codec
 from ...errors import ArgumentError, MpicompError
 from ...nodes import node_layout
 from ..._agree import agree
+from ..._comm import inherit_timeout
 from ..._waits import Timed
 from .._sharded import ShardedOptimizer, build_optimizer, owned_dup, state_bytes, timed_dup
 from . import checkpoint
@@ -138,8 +139,7 @@ class AMSP(torch.optim.Optimizer):
         self.groups = Groups(self.shard, world, rank)
         # Split is collective over comm: every rank makes every group, in this order.
         self.comms = {g: self.comm.Split(self.groups.color[g], self.groups.key[g]) for g in GROUPS}
-        for c in self.comms.values():  # a split does not inherit attributes, as a duplicate does
-            mpicomp.set_timeout(c, mpicomp.timeout_of(self.comm))
+        inherit_timeout(self.comm, self.comms.values())
         self.wire = {g: self.codecs["inter" if self.groups.spans_nodes(g, self.ranks_per_node) else "intra"]
                      for g in GROUPS}
         self.error_feedback, self._feedback, self.prefetch = error_feedback, {}, prefetch
