@@ -90,8 +90,7 @@ constexpr auto kCollectiveSpin = std::chrono::milliseconds(20);
 constexpr auto kNap = std::chrono::microseconds(10), kMaxNap = std::chrono::microseconds(250);
 
 template <class Test>
-void poll(int n, MPI_Request* r, const char* what, Test test,
-          std::chrono::microseconds spin_for = std::chrono::duration_cast<std::chrono::microseconds>(kSpin)) {
+void poll(int n, MPI_Request* r, const char* what, Test test, std::chrono::microseconds spin_for = kSpin) {
   const bool yield = oversubscribed();
   const auto start = Clock::now();
   auto nap = std::chrono::microseconds(0);  // > 0: past kSpin, a nap after every poll

@@ -58,9 +58,10 @@ def allgather(comm, obj, seconds, what):
 
 class Timed:
     """A communicator whose collectives wait at most ``seconds`` (None: the communicator's own
-    timeout, mpicomp.set_timeout, else config.timeout_s, at each call; 0: no limit): the buffer ones (``Allreduce``, ``Allgather``, ``Bcast``, ...,
-    ``Barrier``) posted non-blocking and polled, the object ones (``allgather``, ``bcast``,
-    ``gather``, ``scatter``) as pickled bytes the same way. ``comm`` is the communicator."""
+    timeout, mpicomp.set_timeout, else config.timeout_s, at each call; 0: no limit): the
+    buffer ones (``Allreduce``, ``Allgather``, ``Bcast``, ..., ``Barrier``) posted
+    non-blocking and polled, the object ones (``allgather``, ``bcast``, ``gather``,
+    ``scatter``) as pickled bytes the same way. ``comm`` is the communicator."""
 
     def __init__(self, comm, seconds=None):
         self.comm, self._seconds = comm, seconds
