@@ -5,6 +5,8 @@
     y = mpicomp.allreduce(x, comm=MPI.COMM_WORLD, codec="int8", op="avg")
 """
 
+import importlib.metadata
+
 # mpi4py loads libmpi and calls MPI_Init first; the extension then uses that same library.
 from mpi4py import MPI  # noqa: F401
 
@@ -20,7 +22,7 @@ from .feedback import ErrorFeedback
 from .nodes import NodeLayout, node_comms, node_layout
 from .stats import reset_stats, stats, stats_table
 
-__version__ = "0.1.0"
+__version__ = importlib.metadata.version("mpicomp")  # pyproject.toml's, the one place it is written
 
 __all__ = [
     "Codec", "codec", "available_codecs",

@@ -9,18 +9,13 @@ overlap) are written there once; the other kinds call them."""
 import numpy as np
 
 from . import _core
-from .codecs import _ITEMSIZE, DTYPE_IDS, _dtype_name
+from ._dtypes import DTYPE_IDS, ITEMSIZE, canonical, name_of
 from .errors import ArgumentError, BackendError
 
-__all__ = ["collective_args", "array_info", "dtype_name"]
-_NAMES = {i: name for name, i in DTYPE_IDS.items()}
+__all__ = ["collective_args", "array_info", "is_torch"]
 
 
-def dtype_name(dtype_id):
-    return _NAMES[dtype_id]
-
-
-def _is_torch(x):
+def is_torch(x):
     return type(x).__module__.startswith("torch")
 
 
@@ -34,7 +29,7 @@ def _usable_gpu(name):
 
 
 def _checked_dtype(dtype, name):
-    dt = DTYPE_IDS.get(_dtype_name(dtype))
+    dt = DTYPE_IDS.get(canonical(dtype))
     if dt is None:
         _core.unsupported_dtype(name, str(dtype))
     return dt
@@ -76,7 +71,7 @@ def buffer_info(x, name="x"):
     stream None for host memory."""
     if isinstance(x, np.ndarray):
         return (*_core.numpy_info(x, name), None)
-    if _is_torch(x) and hasattr(x, "data_ptr"):
+    if is_torch(x) and hasattr(x, "data_ptr"):
         return _torch_info(x, name)
     if hasattr(x, "__cuda_array_interface__"):
         return _cai_info(x, name)
@@ -93,7 +88,7 @@ def array_info(x, name="x"):
 
 
 def _kind(a):
-    return "torch" if _is_torch(a) else type(a).__module__.partition(".")[0]
+    return "torch" if is_torch(a) else type(a).__module__.partition(".")[0]
 
 
 def new_like(x, shape, dtype=None, zero=False):
@@ -101,7 +96,7 @@ def new_like(x, shape, dtype=None, zero=False):
     `dtype` (a numpy dtype name) says otherwise; zeros when `zero`."""
     if isinstance(x, np.ndarray):
         return (np.zeros if zero else np.empty)(shape, dtype or x.dtype)
-    if _is_torch(x):
+    if is_torch(x):
         import torch
 
         dt = getattr(torch, dtype) if dtype else x.dtype
@@ -126,12 +121,12 @@ def collective_args(x, out, out_mode, size):
     if out is None:
         out = new_like(x, tuple(x.shape) if out_mode == 0 else (m,))
     elif _kind(out) != _kind(x) or str(out.dtype) != str(x.dtype):
-        kind = f"{_kind(x)} {'tensor' if _is_torch(x) else 'array'}"
+        kind = f"{_kind(x)} {'tensor' if is_torch(x) else 'array'}"
         raise ArgumentError(f"out must be a {kind} of {x.dtype} like x, got {type(out).__name__}"
                             + (f" of {out.dtype}" if hasattr(out, "dtype") else ""))
     yptr, got, _, ystream = buffer_info(out, "out")
     if (ystream is None) != (stream is None):
         raise ArgumentError("out must be in the same kind of memory as x (both host or both GPU)")
-    size = _ITEMSIZE[_NAMES[dt]]
+    size = ITEMSIZE[name_of(dt)]
     _core.check_out(xptr, n * size, yptr, m * size, got, m, out_mode == 0)
     return out, xptr, yptr, n, dt, stream

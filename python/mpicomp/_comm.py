@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from mpi4py import MPI
 
 from . import _core
+from .config import config
 from .errors import ArgumentError
 
 __all__ = ["private", "worker", "known", "set_timeout"]
@@ -108,7 +109,6 @@ def worker(comm):
 def timeout_of(comm):
     """The seconds mpicomp's calls on ``comm`` wait: its own (set_timeout), else
     ``config.timeout_s``."""
-    from .config import config
     return _core.timeout_of(comm, config.timeout_s)
 
 

@@ -20,15 +20,13 @@ import types
 import numpy as np
 
 from . import _core
+from ._dtypes import DTYPE_IDS, INTEGER_DTYPES, ITEMSIZE, canonical
 from .config import config
 from .errors import ArgumentError, BackendError, CodecError
 
 __all__ = ["Codec", "codec", "available_codecs"]
 
 # The core's tables (format.h), by name.
-DTYPE_IDS = {name: i for name, (i, _, _) in _core.DTYPES.items()}
-_ITEMSIZE = {name: size for name, (_, size, _) in _core.DTYPES.items()}
-_INT_DTYPES = {name for name, (_, _, floating) in _core.DTYPES.items() if not floating}
 _IDS = _core.CODEC_IDS
 
 
@@ -80,7 +78,7 @@ class Codec:
         if dtype_name not in DTYPE_IDS:
             raise CodecError(f"{argument} has dtype {dtype_name}, which mpicomp does not support "
                              f"(float32, float16, bfloat16, float64, or an integer type with codec 'none')")
-        if dtype_name in _INT_DTYPES and self.id != _IDS["none"]:
+        if dtype_name in INTEGER_DTYPES and self.id != _IDS["none"]:
             raise CodecError(f"codec {self.name!r} compresses floating-point data only, but {argument} has dtype "
                              f"{dtype_name}; use codec='none' for integer arrays")
         if dtype_name == "float64" and not self.exact:
@@ -94,7 +92,7 @@ class Codec:
         codecs, the largest it can be for lossless ones."""
         if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or not 0 <= count < 2**48:
             raise ArgumentError(f"count must be an element count (an int in [0, 2**48)), got {count!r}")
-        dtype = _dtype_name(dtype)
+        dtype = canonical(dtype)
         self.check_dtype(dtype)
         return _core.encoded_bytes(self.id, self.block, DTYPE_IDS[dtype], int(count))
 
@@ -102,14 +100,14 @@ class Codec:
         """Bytes one rank's tensor of ``shape`` takes on the wire in a collective: encoded,
         or as it is below ``config.min_bytes`` (the core sends small messages uncompressed)."""
         count = int(np.prod(shape))
-        raw = count * _ITEMSIZE[_dtype_name(dtype)]
+        raw = count * ITEMSIZE[canonical(dtype)]
         return raw if raw < config.min_bytes else self.encoded_bytes(count, dtype)
 
     def ratio(self, dtype="float32"):
         """Nominal compression ratio (input bytes / encoded bytes) for ``dtype`` input."""
-        dtype = _dtype_name(dtype)
+        dtype = canonical(dtype)
         n = max(self.block, 1) * 64
-        return n * _ITEMSIZE[dtype] / self.encoded_bytes(n, dtype)
+        return n * ITEMSIZE[dtype] / self.encoded_bytes(n, dtype)
 
     def tolerance(self, x):
         """Largest error of one encode/decode of each element of numpy array ``x`` (float64)."""
@@ -121,7 +119,7 @@ class Codec:
         float32 ``residual`` of x's size, encodes x + residual and leaves in it what the
         codec dropped (error feedback)."""
         x = np.ascontiguousarray(x)
-        dtype = _dtype_name(x.dtype)
+        dtype = canonical(x.dtype)
         self.check_dtype(dtype)
         out = np.empty(self.encoded_bytes(x.size, dtype), np.uint8)
         rptr = 0
@@ -134,7 +132,7 @@ class Codec:
 
     def decode(self, data, count, dtype="float32"):
         """Decodes ``count`` elements from the bytes ``encode`` returned."""
-        dtype = _dtype_name(dtype)
+        dtype = canonical(dtype)
         self.check_dtype(dtype)
         data = np.ascontiguousarray(data, dtype=np.uint8)
         self._check_data(data, count, dtype)
@@ -279,7 +277,7 @@ class PowerSGDCodec(Codec):
 
     def check_dtype(self, dtype_name, argument="x"):
         NoneCodec().check_dtype(dtype_name, argument)
-        if dtype_name in _INT_DTYPES:
+        if dtype_name in INTEGER_DTYPES:
             raise CodecError(f"codec 'powersgd' compresses floating-point data only, but {argument} has dtype "
                              f"{dtype_name}; use codec='none' for integer arrays")
 
@@ -288,19 +286,25 @@ class PowerSGDCodec(Codec):
         of ``count``, which goes uncompressed)."""
         return self.message_bytes(tuple(shape) if shape is not None else (int(count),), dtype)
 
+    def compresses(self, shape):
+        """True when a tensor of this shape is compressed (else it goes exactly): a matrix
+        that shrinks by min_compression_rate at least."""
+        if len(shape) < 2 or 0 in tuple(shape):
+            return False
+        n, m = shape[0], int(np.prod(shape[1:]))
+        return min(self.options["rank"], n, m) * (n + m) * self.options["min_compression_rate"] <= n * m
+
     def message_bytes(self, shape, dtype="float32"):
         """Its factors' float32 bytes (whatever their size), or the tensor's own bytes when
         it goes uncompressed."""
-        from .powersgd import compresses
-
-        if not compresses(self, shape):
-            return int(np.prod(shape)) * _ITEMSIZE[_dtype_name(dtype)]
+        if not self.compresses(shape):
+            return int(np.prod(shape)) * ITEMSIZE[canonical(dtype)]
         n, m = shape[0], int(np.prod(shape[1:]))
         return 4 * min(self.options["rank"], n, m) * (n + m)
 
     def ratio(self, dtype="float32", shape=(4096, 4096)):
         """Input bytes / bytes sent for a ``shape`` matrix (default 4096 x 4096)."""
-        return int(np.prod(shape)) * _ITEMSIZE[_dtype_name(dtype)] / self.message_bytes(shape, dtype)
+        return int(np.prod(shape)) * ITEMSIZE[canonical(dtype)] / self.message_bytes(shape, dtype)
 
     def tolerance(self, x):
         raise CodecError("codec 'powersgd' has no per-element error bound (see its docstring)")
@@ -334,7 +338,7 @@ class _LosslessCodec(Codec):
         chunk, each chunk padded to 16 bytes): anything shorter or longer is damaged, and the
         decoder, which reads up to the largest frame's size, would see zeros past the cut."""
         self._check_size(data.size, count, dtype)
-        chunks = -(-count * _ITEMSIZE[dtype] // _CHUNK_BYTES)
+        chunks = -(-count * ITEMSIZE[dtype] // _CHUNK_BYTES)
         header = -(-4 * chunks // _FRAME_ALIGN) * _FRAME_ALIGN
         if data.size < header:
             raise CodecError(f"{self.name} frame cut short: {data.size} bytes, its header alone has {header}")
@@ -483,6 +487,11 @@ def codec(spec="none", **options):
     return c
 
 
+def cached(spec):
+    """The Codec of a spec string parsed before, else None (a collective's fast path)."""
+    return _CACHE.get(spec) if type(spec) is str else None
+
+
 def wire_codec(spec, where):
     """The Codec of ``spec`` for ``where`` (a collective, an optimizer's argument), which
     sends it as messages: CodecError for an allreduce algorithm (powersgd)."""
@@ -492,6 +501,24 @@ def wire_codec(spec, where):
         raise CodecError(f"{where}: codec {c.name!r} is an allreduce algorithm (mpicomp.powersgd), not a wire "
                          f"codec; use one of: {wire}")
     return c
+
+
+def codec_from_environment(op, default):
+    """The codec spec the environment names for collective ``op`` ("allreduce",
+    "reduce_scatter", "allgather"; None: send and recv): ``MPICOMP_<OP>_CODEC``, else
+    ``MPICOMP_CODEC``, else ``default``; "off", the interposer's pass-through, is "none"
+    (MPI's own collective) here. The one rule of the Python API and the torch backend, as of
+    the interposer. An invalid value raises CodecError naming the variable."""
+    for var in ([f"MPICOMP_{op.upper()}_CODEC"] if op else []) + ["MPICOMP_CODEC"]:
+        spec = os.environ.get(var)
+        if spec:
+            spec = "none" if spec.strip() == "off" else spec
+            try:
+                codec(spec)
+            except CodecError as e:
+                raise CodecError(f"{var}={os.environ[var]!r}: {e}") from None
+            return spec
+    return default
 
 
 def available_codecs():
@@ -523,12 +550,3 @@ def _wheel_nvcomp():
             return path
     return None
 
-
-def _dtype_name(dtype):
-    """Canonical dtype name of a numpy dtype, torch dtype or string."""
-    if isinstance(dtype, str):
-        return dtype
-    text = str(dtype)
-    if text.startswith("torch."):
-        return text[6:]
-    return np.dtype(dtype).name

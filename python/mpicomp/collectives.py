@@ -12,22 +12,17 @@ import numpy as np
 from mpi4py import MPI
 
 from . import _comm, _core
-from ._buffers import array_info, collective_args, dtype_name
-from .codecs import _CACHE as _codec_cache
-from .codecs import PowerSGDCodec, wire_codec
-from .codecs import codec as _codec
-from .config import codec_from_environment
+from ._buffers import array_info, collective_args, is_torch
+from ._calls import ALLGATHER, ALLREDUCE, NAMES, REDUCE_SCATTER, avg_of, spec_args, tell_others
+from ._dtypes import name_of
+from .codecs import Codec, cached, codec_from_environment, wire_codec
 from .errors import ArgumentError, BackendError, CommTimeoutError, MpicompError
 from .feedback import ErrorFeedback
 
 __all__ = ["allreduce", "reduce_scatter", "allgather", "iallreduce", "ireduce_scatter", "iallgather", "Request", "send",
            "recv"]
 
-_ALLREDUCE, _REDUCE_SCATTER, _ALLGATHER = (_core.COLL_IDS[n] for n in ("allreduce", "reduce_scatter", "allgather"))
-_NAMES = {i: name for name, i in _core.COLL_IDS.items()}
-_OUT_MODE = {_ALLREDUCE: 0, _REDUCE_SCATTER: 1, _ALLGATHER: 2}  # collective_args: out's size against x's
-_OPS = {"sum": False, "avg": True}
-_MPI_OPS = ("SUM", "MAX", "MIN", "PROD", "LAND", "LOR", "BAND", "BOR", "MAXLOC", "MINLOC")
+_OUT_MODE = {ALLREDUCE: 0, REDUCE_SCATTER: 1, ALLGATHER: 2}  # collective_args: out's size against x's
 
 DEFAULT_CODEC = "int8"
 """The codec of a call that names none (codec=None) when no variable names one: blockwise
@@ -50,7 +45,7 @@ def _torch_float64():
 def _default_codec(x, coll=None):
     """The codec of a call of collective coll (None: send, recv) on x that names none."""
     named = _DEFAULTS[coll]
-    if type(x).__module__.startswith("torch"):
+    if is_torch(x):
         return named if x.is_floating_point() and x.dtype != _torch_float64() else "none"
     try:
         return named if np.dtype(x.dtype).kind == "f" and np.dtype(x.dtype).itemsize < 8 else "none"
@@ -58,57 +53,15 @@ def _default_codec(x, coll=None):
         return named
 
 
-def _avg(op):
-    """True for a mean, False for a sum, None for an op mpicomp does not do. mpi4py's MPI.SUM
-    is a sum (MPI.Op objects are not hashable: no dict lookup)."""
-    if type(op) is str:
-        return _OPS.get(op)
-    return False if isinstance(op, MPI.Op) and op == MPI.SUM else None
-
-
-def _op_error(op):
-    if isinstance(op, MPI.Op):
-        name = next((f"MPI.{n}" for n in _MPI_OPS if op == getattr(MPI, n)), "this MPI.Op")
-        return ArgumentError(f"op must be 'sum', 'avg' or MPI.SUM, got {name}: mpicomp's collectives sum; for "
-                             f"{name} use mpi4py's own collective (e.g. comm.Allreduce(x, y, op={name}))")
-    return ArgumentError(f"op must be 'sum', 'avg' or MPI.SUM, got {op!r}")
-
-
-def _spec_args(coll, comm, codec, op, tell=None, on_device=None):
-    """(private comm, codec, avg): the checks every call starts with; with on_device (True
-    or False), also whether the codec runs on that memory. Allreduce also takes PowerSGD,
-    whose calls mpicomp.powersgd runs."""
-    tell = tell or _tell_others
-    pcomm = _comm.private(comm)
-    try:
-        c = _codec(codec) if coll == _ALLREDUCE else wire_codec(codec, _NAMES[coll])
-        avg = _avg(op)
-        if avg is None:
-            raise _op_error(op)
-        if on_device is not None:
-            c.check_memory(on_device)
-    except MpicompError as own:
-        tell(pcomm, coll)
-        raise own
-    return pcomm, c, avg
-
-
-def _tell_others(pcomm, coll):
-    try:
-        _core.reject(pcomm, coll)
-    except MpicompError:
-        pass  # the others now raise ShapeMismatchError; this rank raises its own error
-
-
 def _prepare(coll, comm, x, codec, out, error_feedback, op, out_mode, tell=None):
     """Checks everything local to this rank; on failure tells the other ranks (tell(private
     comm, coll)), then raises. Returns (private comm, out, x address, out address, count,
     dtype id, codec, avg, residual address)."""
-    tell = tell or _tell_others
-    pcomm, c, avg = _spec_args(coll, comm, codec, op, tell)
+    tell = tell or tell_others
+    pcomm, c, avg = spec_args(coll, comm, codec, op, tell)
     try:
         out, xptr, yptr, count, dt, stream = collective_args(x, out, out_mode, pcomm.Get_size())
-        _core.check_combination(dt, c.id, avg, coll != _ALLGATHER)
+        _core.check_combination(dt, c.id, avg, coll != ALLGATHER)
         c.check_memory(stream is not None)
         rptr = 0
         if error_feedback is not None:
@@ -143,7 +96,7 @@ _abandoned = []
 def _execute(coll, prepared, x):
     """Runs a call _prepare checked on x; returns its output."""
     pcomm, out, xptr, yptr, n, dt, c, avg, rptr, stream = prepared
-    if coll == _REDUCE_SCATTER:
+    if coll == REDUCE_SCATTER:
         n //= pcomm.Get_size()  # _run counts out's elements
     try:
         _run(coll, pcomm, xptr, yptr, n, dt, c, avg, rptr, stream)
@@ -153,15 +106,24 @@ def _execute(coll, prepared, x):
     return out
 
 
-def _powersgd(codec):
-    """Whether codec names PowerSGD, an allreduce algorithm mpicomp.powersgd runs (checked
-    by name: a bad option must fail in that algorithm's argument checks, on every rank)."""
-    return isinstance(codec, PowerSGDCodec) or (type(codec) is str and codec.lstrip().startswith("powersgd"))
+# The allreduce algorithms of the codecs that are not wire formats, by codec name: {name:
+# (prepare, run)}. prepare(comm, x, codec, error_feedback, op, out, tell) checks a call as
+# _prepare does and returns the arguments of run, which returns the result. Their modules
+# (mpicomp.powersgd) build on this one and register themselves when imported.
+_ALGORITHMS = {}
 
 
-def _cached(codec):
-    """The Codec of a spec string parsed before, else None."""
-    return _codec_cache.get(codec) if type(codec) is str else None
+def register_allreduce_algorithm(name, prepare, run):
+    """Makes allreduce(x, codec=name...) (and iallreduce) run an algorithm of its own."""
+    _ALGORITHMS[name] = (prepare, run)
+
+
+def _algorithm(codec):
+    """The (prepare, run) of the algorithm codec names, or None for a wire codec (found by
+    name: a bad option must fail in that algorithm's argument checks, on every rank)."""
+    if isinstance(codec, Codec):
+        return None if codec.wire else _ALGORITHMS.get(codec.name)
+    return _ALGORITHMS.get(codec.partition(":")[0].strip()) if type(codec) is str else None
 
 
 def _numpy(coll, comm, x, codec, out, op, c=None):
@@ -169,10 +131,10 @@ def _numpy(coll, comm, x, codec, out, op, c=None):
     spec string and communicator seen before are found with two dict lookups (a small
     collective on shared memory takes a few microseconds: every 100 ns shows)."""
     ctx = _comm.known(comm)
-    c = c or _cached(codec)
-    avg = _avg(op)
+    c = c or cached(codec)
+    avg = avg_of(op)
     if ctx is None or c is None or not c.wire or avg is None or c.device_only:
-        pcomm, c, avg = _spec_args(coll, comm, codec, op, on_device=False)
+        pcomm, c, avg = spec_args(coll, comm, codec, op, on_device=False)
     else:
         pcomm = ctx.comm
     return _core.numpy_collective(coll, pcomm, x, out, c.id, c.block, avg)
@@ -203,16 +165,15 @@ def allreduce(x, comm=MPI.COMM_WORLD, codec=None, op="sum", out=None, error_feed
         bound (see mpicomp.powersgd).
     """
     if codec is None:
-        codec = _default_codec(x, _ALLREDUCE)
-    known = _cached(codec)
-    if (known is None or not known.wire) and _powersgd(codec):
-        from . import powersgd
-
-        return powersgd._run(*powersgd._prepare(comm, x, codec, error_feedback, op, out))
+        codec = _default_codec(x, ALLREDUCE)
+    known = cached(codec)
+    if (known is None or not known.wire) and (algorithm := _algorithm(codec)):
+        prepare, run = algorithm
+        return run(*prepare(comm, x, codec, error_feedback, op, out))
     if error_feedback is None and type(x) is np.ndarray:
-        return _numpy(_ALLREDUCE, comm, x, codec, out, op, known)
-    return _execute(_ALLREDUCE, _prepare(_ALLREDUCE, comm, x, codec, out, error_feedback, op,
-                                         _OUT_MODE[_ALLREDUCE]), x)
+        return _numpy(ALLREDUCE, comm, x, codec, out, op, known)
+    return _execute(ALLREDUCE, _prepare(ALLREDUCE, comm, x, codec, out, error_feedback, op,
+                                         _OUT_MODE[ALLREDUCE]), x)
 
 
 def reduce_scatter(x, comm=MPI.COMM_WORLD, codec=None, op="sum", out=None, error_feedback=None):
@@ -221,11 +182,11 @@ def reduce_scatter(x, comm=MPI.COMM_WORLD, codec=None, op="sum", out=None, error
     Each rank compresses each part once; its own part is added exactly. codec and op as
     for allreduce."""
     if codec is None:
-        codec = _default_codec(x, _REDUCE_SCATTER)
+        codec = _default_codec(x, REDUCE_SCATTER)
     if error_feedback is None and type(x) is np.ndarray:
-        return _numpy(_REDUCE_SCATTER, comm, x, codec, out, op)
-    return _execute(_REDUCE_SCATTER, _prepare(_REDUCE_SCATTER, comm, x, codec, out, error_feedback, op,
-                                              _OUT_MODE[_REDUCE_SCATTER]), x)
+        return _numpy(REDUCE_SCATTER, comm, x, codec, out, op)
+    return _execute(REDUCE_SCATTER, _prepare(REDUCE_SCATTER, comm, x, codec, out, error_feedback, op,
+                                              _OUT_MODE[REDUCE_SCATTER]), x)
 
 
 def allgather(x, comm=MPI.COMM_WORLD, codec=None, out=None, error_feedback=None):
@@ -233,11 +194,11 @@ def allgather(x, comm=MPI.COMM_WORLD, codec=None, out=None, error_feedback=None)
     Each rank's x is compressed once; every rank, its owner included, decodes the same bytes,
     so all ranks get identical results. codec as for allreduce."""
     if codec is None:
-        codec = _default_codec(x, _ALLGATHER)
+        codec = _default_codec(x, ALLGATHER)
     if error_feedback is None and type(x) is np.ndarray:
-        return _numpy(_ALLGATHER, comm, x, codec, out, "sum")
-    return _execute(_ALLGATHER, _prepare(_ALLGATHER, comm, x, codec, out, error_feedback, "sum",
-                                         _OUT_MODE[_ALLGATHER]), x)
+        return _numpy(ALLGATHER, comm, x, codec, out, "sum")
+    return _execute(ALLGATHER, _prepare(ALLGATHER, comm, x, codec, out, error_feedback, "sum",
+                                         _OUT_MODE[ALLGATHER]), x)
 
 
 class Request:
@@ -266,12 +227,12 @@ class Request:
 def _start(coll, x, comm, codec, op, out, error_feedback):
     """A non-blocking collective: checked here, run on comm's worker thread (its own
     duplicate of comm), in the order the calls were started."""
-    name = "i" + _NAMES[coll]
+    name = "i" + NAMES[coll]
     if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
         levels = {MPI.THREAD_SINGLE: "SINGLE", MPI.THREAD_FUNNELED: "FUNNELED", MPI.THREAD_SERIALIZED: "SERIALIZED"}
         raise BackendError(f"{name} needs MPI_THREAD_MULTIPLE (it runs MPI on a worker thread), but MPI was "
                            f"initialised at MPI_THREAD_{levels.get(MPI.Query_thread(), MPI.Query_thread())}: leave "
-                           f"mpi4py.rc.thread_level at 'multiple', or call {_NAMES[coll]}")
+                           f"mpi4py.rc.thread_level at 'multiple', or call {NAMES[coll]}")
     if codec is None:
         codec = _default_codec(x, coll)
     acomm, executor = _comm.worker(comm)
@@ -280,13 +241,11 @@ def _start(coll, x, comm, codec, op, out, error_feedback):
     # runs on the worker, in order: sent from this thread it could meet the agreement step
     # of an earlier call still running there (same communicator, same tag).
     def tell_in_order(pcomm, c):
-        executor.submit(_tell_others, pcomm, c)
+        executor.submit(tell_others, pcomm, c)
 
-    if coll == _ALLREDUCE and _powersgd(codec):
-        from . import powersgd
-
-        return Request(executor.submit(powersgd._run, *powersgd._prepare(acomm, x, codec, error_feedback, op, out,
-                                                                           tell_in_order)))
+    if coll == ALLREDUCE and (algorithm := _algorithm(codec)):
+        prepare, run = algorithm
+        return Request(executor.submit(run, *prepare(acomm, x, codec, error_feedback, op, out, tell_in_order)))
     prepared = _prepare(coll, acomm, x, codec, out, error_feedback, op, _OUT_MODE[coll], tell_in_order)
 
     def run(keep_alive=x):  # the caller may drop x (a temporary) before this runs
@@ -302,18 +261,18 @@ def iallreduce(x, comm=MPI.COMM_WORLD, codec=None, op="sum", out=None, error_fee
 
     Raises BackendError when MPI was initialised below MPI_THREAD_MULTIPLE: MPI calls from
     the worker thread, while this thread may make its own, are undefined there."""
-    return _start(_ALLREDUCE, x, comm, codec, op, out, error_feedback)
+    return _start(ALLREDUCE, x, comm, codec, op, out, error_feedback)
 
 
 def ireduce_scatter(x, comm=MPI.COMM_WORLD, codec=None, op="sum", out=None, error_feedback=None):
     """Non-blocking reduce_scatter, as iallreduce is to allreduce."""
-    return _start(_REDUCE_SCATTER, x, comm, codec, op, out, error_feedback)
+    return _start(REDUCE_SCATTER, x, comm, codec, op, out, error_feedback)
 
 
 def iallgather(x, comm=MPI.COMM_WORLD, codec=None, out=None, error_feedback=None):
     """Non-blocking allgather, as iallreduce is to allreduce (e.g. AMSP's prefetch of the
     next module's parameters while this one computes)."""
-    return _start(_ALLGATHER, x, comm, codec, "sum", out, error_feedback)
+    return _start(ALLGATHER, x, comm, codec, "sum", out, error_feedback)
 
 
 def _p2p_args(buf, codec, name, comm, peer, peer_name):
@@ -321,7 +280,7 @@ def _p2p_args(buf, codec, name, comm, peer, peer_name):
         raise ArgumentError(f"comm must be an mpi4py communicator, got {comm!r}")
     c = wire_codec(codec, "send" if name == "x" else "recv")
     ptr, n, dt = array_info(buf, name)
-    c.check_dtype(dtype_name(dt), name)
+    c.check_dtype(name_of(dt), name)
     c.check_memory(False)
     if not isinstance(peer, int) or not (0 <= peer < comm.Get_size() or peer == MPI.ANY_SOURCE):
         raise ArgumentError(f"{peer_name} must be a rank of comm (0..{comm.Get_size() - 1}), got {peer!r}")

@@ -85,6 +85,7 @@ the LD_PRELOAD interposer library, which reads its own ``MPICOMP_*`` variables (
 import os
 import sys
 import warnings
+from importlib.metadata import version
 from pathlib import Path
 
 from . import _core
@@ -180,27 +181,6 @@ for _name, _env in _ENV.items():
         setattr(config, _name, _value)
 
 
-def codec_from_environment(op, default):
-    """The codec spec the environment names for collective ``op`` ("allreduce",
-    "reduce_scatter", "allgather"; None: send and recv): ``MPICOMP_<OP>_CODEC``, else
-    ``MPICOMP_CODEC``, else ``default``; "off", the interposer's pass-through, is "none"
-    (MPI's own collective) here. The one rule of the Python API and the torch backend, as of
-    the interposer. An invalid value raises CodecError naming the variable."""
-    from .codecs import codec
-    from .errors import CodecError
-
-    for var in ([f"MPICOMP_{op.upper()}_CODEC"] if op else []) + ["MPICOMP_CODEC"]:
-        spec = os.environ.get(var)
-        if spec:
-            spec = "none" if spec.strip() == "off" else spec
-            try:
-                codec(spec)
-            except CodecError as e:
-                raise CodecError(f"{var}={os.environ[var]!r}: {e}") from None
-            return spec
-    return default
-
-
 def flag_from_environment(var, default=False):
     """A 0/1 variable (MPICOMP_ERROR_FEEDBACK): anything else raises ArgumentError."""
     value = os.environ.get(var, "").strip()
@@ -234,9 +214,7 @@ def main(argv=None):
         lib = Path(preload_path()).parent
         print(f"-L{lib} -Wl,-rpath,{lib} -lmpicomp_pmpi")
     elif args.version:
-        from . import __version__
-
-        print(__version__)
+        print(version("mpicomp"))
     else:
         print(config)
     return 0

@@ -34,8 +34,10 @@ plain ErrorFeedback (residual only: each call starts from the same Q), or None (
 import numpy as np
 from mpi4py import MPI
 
-from . import collectives as _coll
-from ._buffers import _is_torch, collective_args, dtype_name
+from . import collectives
+from ._buffers import collective_args, is_torch
+from ._calls import ALLREDUCE, spec_args, tell_others
+from ._dtypes import name_of
 from .codecs import PowerSGDCodec
 from .errors import ArgumentError, MpicompError, ShapeMismatchError
 from .feedback import ErrorFeedback
@@ -75,7 +77,7 @@ class PowerSGDState:
 
     def compresses(self, shape):
         """True when a tensor of this shape is compressed (else it goes exactly)."""
-        return compresses(self.codec, shape)
+        return self.codec.compresses(shape)
 
     def reset(self):
         """Forgets the residual and the warm start (e.g. after the tensor's values were replaced)."""
@@ -87,15 +89,6 @@ class PowerSGDState:
         return (f"PowerSGDState(rank={self.codec.options['rank']}, min_compression_rate="
                 f"{self.codec.options['min_compression_rate']}, error_feedback={self.feedback is not None}, "
                 f"warm_start={self.warm_start})")
-
-
-def compresses(c, shape):
-    """True when PowerSGD codec c compresses a tensor of this shape (else it goes exactly)."""
-    if len(shape) < 2 or 0 in tuple(shape):
-        return False
-    n, m = shape[0], int(np.prod(shape[1:]))
-    r = min(c.options["rank"], n, m)
-    return r * (n + m) * c.options["min_compression_rate"] <= n * m
 
 
 def allreduce(x, state=None, comm=MPI.COMM_WORLD, op="sum", out=None):
@@ -137,16 +130,16 @@ def _state_for(c, given, state_given):
 def _prepare(comm, x, codec, given, op, out, tell=None, state_given=False):
     """The checks of one call (every rank takes part in the agreement when one fails);
     returns the arguments of _run."""
-    pcomm, c, avg = _coll._spec_args(_coll._ALLREDUCE, comm, codec, op, tell)
+    pcomm, c, avg = spec_args(ALLREDUCE, comm, codec, op, tell)
     try:
         out, _, _, _, dt, _ = collective_args(x, out, 0, pcomm.Get_size())
-        if not (isinstance(x, np.ndarray) or _is_torch(x)):
+        if not (isinstance(x, np.ndarray) or is_torch(x)):
             raise ArgumentError(f"allreduce: codec powersgd takes numpy arrays and torch tensors, got "
                                 f"{type(x).__module__}.{type(x).__name__}")
-        c.check_dtype(dtype_name(dt))
+        c.check_dtype(name_of(dt))
         state = _state_for(c, given, state_given)
     except MpicompError as own:
-        (tell or _coll._tell_others)(pcomm, _coll._ALLREDUCE)
+        (tell or tell_others)(pcomm, ALLREDUCE)
         raise own
     return comm, x, state, avg, out, dt
 
@@ -157,13 +150,13 @@ def _run(comm, x, state, avg, out, dt):
     # of v and v * v, equal on every rank only if all v are (Cauchy-Schwarz).
     n = x.shape[0] if len(x.shape) else 1
     v = np.array([n, int(np.prod(x.shape)) // max(n, 1), dt], np.float64)
-    s = _coll.allreduce(np.concatenate([v, v * v]), comm=comm, codec="none")
+    s = collectives.allreduce(np.concatenate([v, v * v]), comm=comm, codec="none")
     if np.any(s[3:] * comm.Get_size() != s[:3] ** 2):
         raise ShapeMismatchError(f"allreduce: ranks disagree on the shape or dtype of x (codec powersgd); this "
-                                 f"rank has {tuple(x.shape)} {dtype_name(dt)}")
+                                 f"rank has {tuple(x.shape)} {name_of(dt)}")
     if not state.compresses(tuple(x.shape)):
-        return _coll.allreduce(x, comm, "none", "avg" if avg else "sum", out)
-    return _low_rank(x, comm, state, avg, out, lambda a: _coll.allreduce(a, comm=comm, codec="none"))
+        return collectives.allreduce(x, comm, "none", "avg" if avg else "sum", out)
+    return _low_rank(x, comm, state, avg, out, lambda a: collectives.allreduce(a, comm=comm, codec="none"))
 
 
 def _low_rank(x, comm, state, avg, out, reduce):
@@ -193,7 +186,7 @@ def _low_rank(x, comm, state, avg, out, reduce):
 
 
 def _float32(x):
-    if _is_torch(x):
+    if is_torch(x):
         import torch
 
         return x.to(torch.float32, copy=True)
@@ -203,7 +196,7 @@ def _float32(x):
 def _random(shape, like, seed):
     """The same pseudo-random matrix on every rank, as an array like `like`."""
     q = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
-    if _is_torch(like):
+    if is_torch(like):
         import torch
 
         return torch.from_numpy(q).to(like.device)
@@ -211,7 +204,7 @@ def _random(shape, like, seed):
 
 
 def _orthonormal(p):
-    if _is_torch(p):
+    if is_torch(p):
         import torch
 
         return torch.linalg.qr(p, mode="reduced")[0]
@@ -219,7 +212,7 @@ def _orthonormal(p):
 
 
 def _finite(a):
-    if _is_torch(a):
+    if is_torch(a):
         import torch
 
         return bool(torch.isfinite(a).all())
@@ -228,8 +221,11 @@ def _finite(a):
 
 def _result(r, x, out):
     r = r.reshape(x.shape)
-    r = r.to(x.dtype) if _is_torch(x) else r.astype(x.dtype)
+    r = r.to(x.dtype) if is_torch(x) else r.astype(x.dtype)
     if out is None:
         return r
     out[...] = r
     return out
+
+
+collectives.register_allreduce_algorithm(PowerSGDCodec.name, _prepare, _run)

@@ -8,7 +8,7 @@ from mpi4py import MPI
 
 import mpicomp
 from mpicomp import _core
-from mpicomp.codecs import DTYPE_IDS
+from mpicomp._dtypes import DTYPE_IDS
 
 from _mpiutil import config
 

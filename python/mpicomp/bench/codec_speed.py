@@ -7,7 +7,7 @@ import time
 import numpy as np
 
 from .. import _core, available_codecs, codec as get_codec, config
-from ..codecs import DTYPE_IDS
+from .._dtypes import DTYPE_IDS
 from . import inputs, report
 
 

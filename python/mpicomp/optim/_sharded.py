@@ -27,7 +27,7 @@ from ..errors import ArgumentError, CheckpointError, MpicompError, RankFailedErr
 __all__ = ["ShardedOptimizer", "CheckpointError", "RankFailedError", "build_optimizer", "check_checkpoint",
            "owned_dup", "state_bytes", "timed_dup"]
 
-_FORMAT = "mpicomp.optim/1"
+FORMAT = "mpicomp.optim/1"
 
 
 def owned_dup(owner, comm):
@@ -283,12 +283,12 @@ class ShardedOptimizer(torch.optim.Optimizer):
                     value = self._meta.bcast(mine, root=owner)
                     group_state[key] = value.clone() if torch.is_tensor(value) else value
             state.append(group_state)
-        sd = {"format": _FORMAT, "kind": type(self).__name__,
+        sd = {"format": FORMAT, "kind": type(self).__name__,
               "optimizer": f"{self.optimizer_class.__module__}.{self.optimizer_class.__qualname__}",
               "shapes": [[list(p.shape) for p in g["params"]] for g in self.param_groups],
               "param_groups": [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups],
               "master": self._gather_full(self.master), "state": state}
-        sd["checksum"] = _checksum(sd)
+        sd["checksum"] = checksum(sd)
         return sd
 
     def load_state_dict(self, state_dict):
@@ -365,8 +365,8 @@ def check_checkpoint(sd, optimizer_class, shapes, numel):
     """Raises CheckpointError (or ShapeMismatchError for another model's) unless ``sd`` is
     an intact checkpoint of this format for ``optimizer_class`` over parameters of these
     ``shapes`` (a list per group) with ``numel`` elements in all."""
-    if not isinstance(sd, dict) or sd.get("format") != _FORMAT:
-        raise CheckpointError(f"not an mpicomp.optim checkpoint (format {_FORMAT!r} expected, got "
+    if not isinstance(sd, dict) or sd.get("format") != FORMAT:
+        raise CheckpointError(f"not an mpicomp.optim checkpoint (format {FORMAT!r} expected, got "
                               f"{sd.get('format') if isinstance(sd, dict) else type(sd).__name__!r})")
     missing = {"optimizer", "shapes", "param_groups", "master", "state", "checksum"} - set(sd)
     if missing:
@@ -381,14 +381,14 @@ def check_checkpoint(sd, optimizer_class, shapes, numel):
             or len(sd["state"]) != len(shapes) or len(sd["param_groups"]) != len(shapes)):
         raise CheckpointError("checkpoint is corrupt: master vector or group lists of the wrong size")
     try:
-        crc = _checksum(sd)
+        crc = checksum(sd)
     except (AttributeError, TypeError, ValueError, RuntimeError) as e:
         raise CheckpointError(f"checkpoint is corrupt: {e}") from None
     if crc != sd["checksum"]:
         raise CheckpointError("checkpoint is corrupt: its checksum does not match its contents")
 
 
-def _checksum(sd):
+def checksum(sd):
     groups = [sorted(g.items()) for g in sd["param_groups"]]  # key order is not content
     crc = zlib.crc32(repr((sd["optimizer"], sd["shapes"], groups)).encode())
     crc = zlib.crc32(sd["master"].detach().cpu().contiguous().numpy().tobytes(), crc)

@@ -32,8 +32,8 @@ import mpicomp
 
 from .. import _comm, _waits
 from .._agree import agree
-from ..codecs import wire_codec
-from ..config import codec_from_environment, flag_from_environment
+from ..codecs import codec_from_environment, wire_codec
+from ..config import flag_from_environment
 from ..errors import ArgumentError, BackendError, CommTimeoutError
 from . import _futures, rendezvous
 

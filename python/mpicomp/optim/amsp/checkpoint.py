@@ -13,7 +13,7 @@ import torch
 
 from ...errors import MpicompError
 from ..._agree import agree
-from .._sharded import _FORMAT, _checksum, check_checkpoint
+from .._sharded import FORMAT, check_checkpoint, checksum
 from .groups import Groups
 
 __all__ = ["state_dict", "load_state_dict"]
@@ -62,12 +62,12 @@ def state_dict(opt):
         else:  # equal on every rank (every shard takes the same steps)
             group_state[key] = value.clone() if torch.is_tensor(value) else value
     params = [p for u in opt.units for p in u.params]
-    sd = {"format": _FORMAT, "kind": "AMSP",
+    sd = {"format": FORMAT, "kind": "AMSP",
           "optimizer": f"{opt.optimizer_class.__module__}.{opt.optimizer_class.__qualname__}",
           "shapes": [[list(p.shape) for p in params]],
           "param_groups": [{k: v for k, v in opt.param_groups[0].items() if k != "params"}],
           "master": _whole(opt, opt.master), "state": [group_state]}
-    sd["checksum"] = _checksum(sd)
+    sd["checksum"] = checksum(sd)
     return sd
 
 
