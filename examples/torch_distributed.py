@@ -41,8 +41,10 @@ class ByteLM(torch.nn.Module):
         self.register_buffer("mask", torch.nn.Transformer.generate_square_subsequent_mask(context), persistent=False)
 
     def forward(self, x):
+        """Logits, one row per position of the batch: a 2-D output, not a view of a 3-D one
+        (FSDP2 warns about module outputs that are views)."""
         h = self.embed(x) + self.position(torch.arange(x.shape[1]))
-        return self.head(self.blocks(h, mask=self.mask, is_causal=True))
+        return self.head(self.blocks(h, mask=self.mask, is_causal=True).reshape(-1, h.shape[-1]))
 
 
 def main():
@@ -86,7 +88,7 @@ def main():
         rows = np.stack([data[s:s + args.context + 1] for s in rng.integers(0, data.size - args.context - 1,
                                                                              args.batch)])
         batch = torch.from_numpy(rows.astype(np.int64))
-        loss = F.cross_entropy(model(batch[:, :-1]).reshape(-1, 256), batch[:, 1:].reshape(-1))
+        loss = F.cross_entropy(model(batch[:, :-1]), batch[:, 1:].reshape(-1))
         opt.zero_grad()
         loss.backward()
         opt.step()

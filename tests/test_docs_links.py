@@ -22,3 +22,9 @@ def test_the_checker_finds_links():
     """The pattern sees both kinds (a checker that matched nothing would pass every page)."""
     found = [m.group(1) for m in LINK.finditer('a [doc](docs/x.md) and ![plot](y.png "t")')]
     assert found == ["docs/x.md", "y.png"]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_page_cites_an_issue_number(page):
+    """"issue 17" means something to the project's tracker, nothing to a reader."""
+    assert not re.findall(r"\b[Ii]ssues? \d+", page.read_text())

@@ -27,6 +27,7 @@ def run(tmp_path, backend, wrap, n=2, **env):
                         "--backend", backend, "--wrap", wrap, "--steps", "6", "--width", "64", "--json", str(out)],
                        capture_output=True, text=True, timeout=300, env={**clean, **env})
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert "Warning" not in r.stderr, r.stderr[-3000:]  # e.g. FSDP2's about a module output that is a view
     return json.loads(out.read_text())
 
 
