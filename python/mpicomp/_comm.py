@@ -65,10 +65,20 @@ def _context(comm):
         return _new_context(comm)
 
 
+def checked(comm, who="", name="comm", intra=False, hint=""):
+    """comm, when it is a usable mpi4py communicator (an intra-communicator if intra), else
+    ArgumentError naming who checks, the argument and what it got: the one check of every
+    layer (hint: what to pass, e.g. "mesh.dp")."""
+    if not isinstance(comm, MPI.Intracomm if intra else MPI.Comm) or comm == MPI.COMM_NULL:
+        kind = "an mpi4py intra-communicator" if intra else "an mpi4py communicator"
+        raise ArgumentError(f"{who + ': ' if who else ''}{name} must be {kind}{f' ({hint})' if hint else ''}, "
+                            f"got {comm!r}")
+    return comm
+
+
 def _new_context(comm):
     global _keyval
-    if not isinstance(comm, MPI.Comm) or comm == MPI.COMM_NULL:
-        raise ArgumentError(f"comm must be an mpi4py communicator, got {comm!r}")
+    checked(comm)
     if isinstance(comm, MPI.Intercomm):
         raise ArgumentError("comm must be an intra-communicator (mpicomp has no inter-communicator collectives)")
     with _lock:  # local calls only
@@ -131,8 +141,7 @@ def set_timeout(comm, seconds):
         seconds = seconds.total_seconds()
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds <= 1e9:
         raise ArgumentError(f"set_timeout: seconds must be a number in [0, 1e9] (0: no limit), got {seconds!r}")
-    if not isinstance(comm, MPI.Comm) or comm == MPI.COMM_NULL:
-        raise ArgumentError(f"set_timeout: comm must be an mpi4py communicator, got {comm!r}")
+    checked(comm, "set_timeout")
     # On comm itself (send/recv use it; its later duplicates inherit it) and on the
     # duplicates mpicomp made already.
     ctx = known(comm)

@@ -276,8 +276,7 @@ def iallgather(x, comm=MPI.COMM_WORLD, codec=None, out=None, error_feedback=None
 
 
 def _p2p_args(buf, codec, name, comm, peer, peer_name):
-    if not isinstance(comm, MPI.Comm) or comm == MPI.COMM_NULL:
-        raise ArgumentError(f"comm must be an mpi4py communicator, got {comm!r}")
+    _comm.checked(comm)
     c = wire_codec(codec, "send" if name == "x" else "recv")
     ptr, n, dt = array_info(buf, name)
     c.check_dtype(name_of(dt), name)

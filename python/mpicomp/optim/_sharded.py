@@ -19,6 +19,7 @@ from mpi4py import MPI
 
 import mpicomp
 
+from .. import _comm
 from ..codecs import wire_codec
 from .._agree import agree
 from .._waits import Timed
@@ -115,8 +116,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, optimizer_class, comm, grad_codec, param_codec, error_feedback, opt_kwargs,
                  extra=(), problem=None, timeout=None):
         who = type(self).__name__
-        if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
-            raise ArgumentError(f"{who}: comm must be an mpi4py intra-communicator (e.g. mesh.dp), got {comm!r}")
+        _comm.checked(comm, who, intra=True, hint="e.g. mesh.dp")
         self.comm, bad_timeout = timed_dup(self, comm, timeout)
         # Our own small messages (agreement, counts) never match the user's or mpicomp's, and
         # wait at most the timeout.

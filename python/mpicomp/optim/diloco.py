@@ -8,6 +8,7 @@ from mpi4py import MPI
 
 import mpicomp
 
+from .. import _comm
 from ..codecs import wire_codec
 from ..errors import ArgumentError
 from ..torch import allreduce_gradients, traffic
@@ -22,9 +23,7 @@ _KEY = ("diloco", "outer")  # traffic key of the outer gradients
 
 
 def _intracomm(comm, name):
-    if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
-        raise ArgumentError(f"DiLoCo: {name} must be an mpi4py intra-communicator, got {comm!r}")
-    return comm
+    return _comm.checked(comm, "DiLoCo", name, intra=True)
 
 
 def _positive_int(value, name):

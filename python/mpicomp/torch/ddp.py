@@ -15,7 +15,7 @@ from mpi4py import MPI
 
 import mpicomp
 
-from .. import powersgd
+from .. import _comm, powersgd
 from . import _futures
 from ..codecs import PowerSGDCodec
 from ..errors import ArgumentError
@@ -27,11 +27,6 @@ __all__ = ["DDPHookState", "ddp_hook", "GradientReducer", "allreduce_gradients"]
 def _checked_codec(codec):
     return mpicomp.codec(codec)
 
-
-def _checked_comm(comm, who):
-    if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
-        raise ArgumentError(f"{who}: comm must be an mpi4py intra-communicator (e.g. mesh.dp), got {comm!r}")
-    return comm
 
 
 def _average(flat, comm, codec, feedback, overlap=False):
@@ -161,7 +156,7 @@ class DDPHookState:
 
     def __init__(self, codec="none", comm=MPI.COMM_WORLD, error_feedback=True, overlap=True):
         self.codec = _checked_codec(codec)
-        self.comm = _checked_comm(comm, "ddp_hook")
+        self.comm = _comm.checked(comm, "ddp_hook", intra=True, hint="e.g. mesh.dp")
         for name, flag in (("error_feedback", error_feedback), ("overlap", overlap)):
             if not isinstance(flag, bool):
                 raise ArgumentError(f"ddp_hook: {name} must be a bool, got {flag!r}")
@@ -220,7 +215,7 @@ class GradientReducer:
     """
 
     def __init__(self, params, comm=MPI.COMM_WORLD, codec="none", error_feedback=False, bucket_bytes=25 << 20):
-        self.comm = _checked_comm(comm, "allreduce_gradients")
+        self.comm = _comm.checked(comm, "allreduce_gradients", intra=True, hint="e.g. mesh.dp")
         self.codec = _checked_codec(codec)
         if not isinstance(error_feedback, bool):
             raise ArgumentError(f"allreduce_gradients: error_feedback must be a bool, got {error_feedback!r}")

@@ -12,6 +12,7 @@ least, once per micro-batch, so they may sit furthest apart.
 
 from mpi4py import MPI
 
+from .. import _comm
 from ..errors import ArgumentError
 
 __all__ = ["Mesh"]
@@ -52,8 +53,7 @@ class Mesh:
     """
 
     def __init__(self, dp=None, tp=1, pp=1, comm=MPI.COMM_WORLD):
-        if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
-            raise ArgumentError(f"Mesh: comm must be an mpi4py intra-communicator, got {comm!r}")
+        _comm.checked(comm, "Mesh", intra=True)
         world = comm.Get_size()
         sizes = {"dp": dp, "tp": tp, "pp": pp}
         missing = [k for k, v in sizes.items() if v is None]

@@ -10,10 +10,10 @@ ones, as they feed straight into the next stage (Xu et al., arXiv 2409.02423).
 """
 
 import torch
-from mpi4py import MPI
 
 import mpicomp
 
+from .. import _comm
 from ..errors import ArgumentError, BackendError, CodecError, MpicompError, ShapeMismatchError
 from .policy import Policy
 from .traffic import traffic
@@ -42,8 +42,7 @@ class GPipe:
     """
 
     def __init__(self, module, comm, activation_shape, dtype=torch.float32, policy=None):
-        if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
-            raise ArgumentError(f"GPipe: comm must be an mpi4py intra-communicator (mesh.pp), got {comm!r}")
+        _comm.checked(comm, "GPipe", intra=True, hint="mesh.pp")
         if policy is None:
             policy = Policy()
         elif not isinstance(policy, Policy):

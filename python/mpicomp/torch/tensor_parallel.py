@@ -10,10 +10,10 @@ mild ones, as activations feed straight into the next layer (Xu et al., arXiv 24
 """
 
 import torch
-from mpi4py import MPI
 
 import mpicomp
 
+from .. import _comm
 from ..errors import ArgumentError
 from .policy import Policy
 from .traffic import traffic
@@ -67,8 +67,7 @@ def reduce_from_tensor_parallel(x, comm, codec="none"):
 
 
 def _setup(layer, comm, policy, features, what):
-    if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
-        raise ArgumentError(f"{type(layer).__name__}: comm must be an mpi4py intra-communicator (mesh.tp), got {comm!r}")
+    _comm.checked(comm, type(layer).__name__, intra=True, hint="mesh.tp")
     if policy is None:
         policy = Policy()
     elif not isinstance(policy, Policy):

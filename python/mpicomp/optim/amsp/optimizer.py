@@ -13,7 +13,7 @@ from ...codecs import wire_codec
 from ...errors import ArgumentError, MpicompError
 from ...nodes import node_layout
 from ..._agree import agree
-from ..._comm import inherit_timeout
+from ... import _comm
 from ..._waits import Timed
 from .._sharded import ShardedOptimizer, build_optimizer, owned_dup, state_bytes, timed_dup
 from . import checkpoint
@@ -93,8 +93,7 @@ class AMSP(torch.optim.Optimizer):
     def __init__(self, model, optimizer_class, shard, comm=MPI.COMM_WORLD, ranks_per_node=None, codec="none",
                  error_feedback=False, prefetch=True, timeout=None, **opt_kwargs):
         who = "AMSP"
-        if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
-            raise ArgumentError(f"{who}: comm must be an mpi4py intra-communicator (e.g. mesh.dp), got {comm!r}")
+        _comm.checked(comm, who, intra=True, hint="e.g. mesh.dp")
         self.comm, bad_timeout = timed_dup(self, comm, timeout)
         world, rank = comm.Get_size(), comm.Get_rank()
         self._meta = Timed(owned_dup(self, self.comm))  # agreements and metadata: at most the timeout
@@ -139,7 +138,7 @@ class AMSP(torch.optim.Optimizer):
         self.groups = Groups(self.shard, world, rank)
         # Split is collective over comm: every rank makes every group, in this order.
         self.comms = {g: self.comm.Split(self.groups.color[g], self.groups.key[g]) for g in GROUPS}
-        inherit_timeout(self.comm, self.comms.values())
+        _comm.inherit_timeout(self.comm, self.comms.values())
         self.wire = {g: self.codecs["inter" if self.groups.spans_nodes(g, self.ranks_per_node) else "intra"]
                      for g in GROUPS}
         self.error_feedback, self._feedback, self.prefetch = error_feedback, {}, prefetch
