@@ -377,7 +377,7 @@ def test_codec_threads_setting(threads):
 
 @pytest.mark.parametrize("env,want", [({"MPICOMP_CODEC_THREADS": "3"}, "3"),
                                       ({"MPI_LOCALNRANKS": str(len(os.sched_getaffinity(0)))}, "1"),
-                                      ({"MPICOMP_CODEC_THREADS": "x"}, "MPICOMP_CODEC_THREADS must be an integer")])
+                                      ({"MPICOMP_CODEC_THREADS": "x"}, "invalid setting MPICOMP_CODEC_THREADS=x: expected an integer")])
 def test_codec_threads_from_the_environment(env, want):
     """MPICOMP_CODEC_THREADS, and by default the cores divided among the launcher's ranks on
     this node (as many ranks as cores: one thread each)."""

@@ -57,7 +57,7 @@ def test_the_backend_default_follows_the_variables():
 @pytest.mark.parametrize("var,value,error", [
     ("MPICOMP_CODEC", "int9", "CodecError: MPICOMP_CODEC='int9': unknown codec 'int9'"),
     ("MPICOMP_ALLREDUCE_CODEC", "int4:block=3", "CodecError: MPICOMP_ALLREDUCE_CODEC='int4:block=3'"),
-    ("MPICOMP_ERROR_FEEDBACK", "yes", "ArgumentError: MPICOMP_ERROR_FEEDBACK must be 0 or 1, got 'yes'"),
+    ("MPICOMP_ERROR_FEEDBACK", "yes", "ArgumentError: invalid setting MPICOMP_ERROR_FEEDBACK=yes: expected 0 or 1"),
 ])
 def test_an_invalid_value_is_refused_at_import(var, value, error):
     module = "mpicomp.torch" if var == "MPICOMP_ERROR_FEEDBACK" else "mpicomp"
@@ -75,7 +75,7 @@ def test_one_size_syntax_in_every_layer(text, size):
 
     r = run("-c", "import mpicomp; print(mpicomp.config.min_bytes)", n=1, MPICOMP_MIN_BYTES=text)
     assert (r.returncode == 0 and r.stdout.split() == [str(size)]) if size else \
-        (r.returncode != 0 and "MPICOMP_MIN_BYTES must be a byte count" in r.stderr), r.stdout + r.stderr[-1000:]
+        (r.returncode != 0 and f"invalid setting MPICOMP_MIN_BYTES={text}: expected a byte count" in r.stderr), r.stdout + r.stderr[-1000:]
     r = run("-c", "from mpi4py import MPI", n=1, LD_PRELOAD=PRELOAD, MPICOMP_CODEC="int8", MPICOMP_MIN_BYTES=text)
     assert (r.returncode == 0 and f"from {size} bytes" in r.stderr) if size else \
         (r.returncode != 0 and f"invalid setting MPICOMP_MIN_BYTES={text}" in r.stderr), r.stderr[-1000:]
@@ -85,3 +85,47 @@ def test_one_size_syntax_in_every_layer(text, size):
     else:
         with pytest.raises(Exception, match="bad size"):
             bench_size(text)
+
+
+@pytest.mark.parametrize("spec", ["int8:block=33", "int4:bits=2", "blosc:cname=snappy", "lossless:clevel=12",
+                                  "fp16:block=64", "int8:block", "sign:block=64.0"])
+def test_one_codec_grammar_in_every_layer(spec):
+    """A bad spec gets the same words from mpicomp.codec and from the interposer: both read
+    the core's grammar and option rules (cpp/codecs/spec.h)."""
+    import mpicomp
+    from test_pmpi import PRELOAD
+
+    with pytest.raises(mpicomp.CodecError) as e:
+        mpicomp.codec(spec)
+    r = run("-c", "from mpi4py import MPI", n=1, LD_PRELOAD=PRELOAD, MPICOMP_CODEC=spec)
+    assert r.returncode != 0 and f"invalid setting MPICOMP_CODEC={spec}: {e.value}" in r.stderr, r.stderr[-1000:]
+
+
+def test_the_interposer_refuses_a_gpu_codec():
+    from test_pmpi import PRELOAD
+
+    r = run("-c", "from mpi4py import MPI", n=1, LD_PRELOAD=PRELOAD, MPICOMP_CODEC="nvcomp-ans")
+    assert r.returncode != 0 and "runs on GPU buffers only" in r.stderr, r.stderr[-1000:]
+
+
+def _rules():
+    import mpicomp
+
+    return mpicomp._core.setting_rules()
+
+
+@pytest.mark.parametrize("name", sorted(_rules()))
+def test_one_reading_of_every_setting_in_every_layer(name):
+    """Each setting's variable, invalid, is refused with the same words by `import mpicomp`
+    and by the interposer at MPI_Init (the core's table, cpp/coll/environment.h)."""
+    from test_pmpi import PRELOAD
+
+    var, kind, lo, hi = _rules()[name]
+    bad = {"bytes": str(int(hi) + 1), "count": "-1", "seconds": "-2", "flag": "yes", "hierarchy": "tree"}[kind]
+    python = run("-c", "import mpicomp", n=1, **{var: bad})
+    interposed = run("-c", "from mpi4py import MPI", n=1, LD_PRELOAD=PRELOAD, MPICOMP_CODEC="int8", **{var: bad})
+    said = f"invalid setting {var}={bad}: expected "
+    assert python.returncode != 0 and said in python.stderr, python.stderr[-1000:]
+    assert interposed.returncode != 0 and said in interposed.stderr, interposed.stderr[-1000:]
+    line = next(s for s in python.stderr.splitlines() if said in s)
+    assert line[line.index(said):] in interposed.stderr

@@ -69,8 +69,8 @@ def test_node_settings_check_values():
         mpicomp.config.hierarchy = "auto"
 
 
-@pytest.mark.parametrize("var,value,needle", [("MPICOMP_HIERARCHY", "tree", "hierarchy must be one of"),
-                                              ("MPICOMP_RANKS_PER_NODE", "two", "MPICOMP_RANKS_PER_NODE must be an integer")])
+@pytest.mark.parametrize("var,value,needle", [("MPICOMP_HIERARCHY", "tree", "invalid setting MPICOMP_HIERARCHY=tree: expected auto or flat"),
+                                              ("MPICOMP_RANKS_PER_NODE", "two", "invalid setting MPICOMP_RANKS_PER_NODE=two: expected an integer")])
 def test_node_settings_from_the_environment_are_checked(var, value, needle):
     r = subprocess.run([sys.executable, "-c", "import mpicomp"], capture_output=True, text=True,
                        env={**os.environ, var: value})

@@ -8,6 +8,7 @@
 #include "../codecs/codec.h"
 #include "../codecs/host_codec.h"
 #include "../codecs/parallel.h"
+#include "../codecs/spec.h"
 #include "../coll/coll.h"
 #include "../coll/config.h"
 #include "../coll/deadline.h"
@@ -54,7 +55,8 @@ std::string strides_of(const py::array& a) {
 
 // `shown` is how the caller's library writes the dtype.
 [[noreturn]] void unsupported_dtype(const std::string& name, const std::string& shown) {
-  throw Error(ErrorKind::codec, name + " has dtype " + shown + ", which mpicomp does not support");
+  throw Error(ErrorKind::codec, name + " has dtype " + shown + ", which mpicomp does not support (float32, float16, "
+                                "bfloat16, float64, or an integer type with codec 'none')");
 }
 
 // The elements of a collective's output for n of input. out_mode: 0 out is like x, 1 out has
@@ -90,20 +92,22 @@ int checked_dtype(const py::array& a, const char* name) {
   return dt;
 }
 
-// The rules of dtype, codec and op together, for numpy arrays and torch tensors alike.
-void check_combination(int dt, int codec, bool avg, bool reduces) {
+// The rules of dtype, codec and op together, for numpy arrays and torch tensors alike, and
+// for a codec alone (mpicomp.Codec.check_dtype: reduces and avg false). `name`: the array's.
+void check_combination(int dt, int codec, bool avg, bool reduces, const std::string& name) {
   if (dt >= int(DType::i8) && codec != int(CodecId::none))
     throw Error(ErrorKind::codec, std::string("codec '") + codec_name(CodecId(codec)) +
-                                      "' compresses floating-point data only, but x has dtype " + dtype_name(DType(dt)) +
-                                      "; use codec='none' for integer arrays");
+                                      "' compresses floating-point data only, but " + name + " has dtype " +
+                                      dtype_name(DType(dt)) + "; use codec='none' for integer arrays");
   // Lossy codecs quantise float32, and reductions accumulate decoded frames in float32:
   // either would round float64, or overflow it to inf. Lossless frames move float64 exactly.
   const bool lossless = is_lossless(CodecId(codec));
   if (dt == int(DType::f64) && codec != int(CodecId::none) && (!lossless || reduces))
     throw Error(ErrorKind::codec, std::string("codec '") + codec_name(CodecId(codec)) + "' " +
                                       (lossless ? "sums in float32" : "computes in float32") +
-                                      ", but x has dtype float64, whose values it would round (or overflow to inf); "
-                                      "use codec='none' for float64 (exact), or pass x.astype('float32') to compress");
+                                      ", but " + name + " has dtype float64, whose values it would round (or overflow "
+                                      "to inf); use codec='none' for float64 (exact), or pass " + name +
+                                      ".astype('float32') to compress");
   if (dt >= int(DType::i8) && avg)
     throw Error(ErrorKind::argument, std::string("op='avg' needs a floating-point x, got dtype ") +
                                          dtype_name(DType(dt)));
@@ -202,7 +206,8 @@ PYBIND11_MODULE(_core, m) {
     NumpyArgs t = numpy_args(x, out, out_mode, size);
     return py::make_tuple(t.y, reinterpret_cast<uintptr_t>(t.xp), reinterpret_cast<uintptr_t>(t.yp), t.n, t.dt);
   });
-  m.def("check_combination", &check_combination);
+  m.def("check_combination", &check_combination, py::arg("dtype"), py::arg("codec"), py::arg("avg"),
+        py::arg("reduces"), py::arg("name") = "x");
   m.def("unsupported_dtype", &unsupported_dtype, "Raises the CodecError of a dtype that is not in DTYPES");
   m.def("result_elems", &result_elems);
   // A given out of `got` elements at y, for a result of m (ybytes) and x at x (xbytes).
@@ -223,7 +228,7 @@ PYBIND11_MODULE(_core, m) {
     NumpyArgs t;
     try {
       t = numpy_args(x, out, coll == int(Coll::reduce_scatter) ? 1 : coll == int(Coll::allgather) ? 2 : 0, size);
-      check_combination(t.dt, codec, avg, coll != int(Coll::allgather));
+      check_combination(t.dt, codec, avg, coll != int(Coll::allgather), "x");
     } catch (const Error&) {
       try {
         py::gil_scoped_release nogil;
@@ -250,6 +255,19 @@ PYBIND11_MODULE(_core, m) {
   });
 
   // ---- codecs (layer 1), host memory ----
+  m.def("split_codec_spec", [](const std::string& text) {
+    std::string name, why;
+    SpecOptions options;
+    if (!split_spec(text, name, options, why)) throw Error(ErrorKind::codec, why);
+    return py::make_tuple(name, options);
+  }, "A codec spec's name and its [(key, value)] options, as text (codecs/spec.h)");
+  m.def("wire_codec_spec", [](const std::string& name, const SpecOptions& given) {
+    Spec s;
+    SpecOptions in_force;
+    std::string why;
+    if (!wire_spec(name, given, s, in_force, why)) throw Error(ErrorKind::codec, why);
+    return py::make_tuple(int(s.id), s.block, in_force);
+  }, "A wire codec's (id, block, [(key, value)] options in force), its options checked (codecs/spec.h)");
   m.def("encoded_bytes", [](int codec, uint32_t block, int dtype, size_t n) {
     return encoded_bytes(Spec{CodecId(codec), block}, DType(dtype), n);
   });
@@ -338,6 +356,26 @@ PYBIND11_MODULE(_core, m) {
   m.def("codec_threads", &codec_threads, "Threads per codec call in use");
   m.def("timed_out", [](py::handle comm) { return timed_out(comm_of(comm)); });
   m.def("unknown_environment", &unknown_environment, "MPICOMP_* variables set here that no layer reads");
+  m.def("environment_settings", [] {
+    std::vector<SettingValue> values;
+    std::string error;
+    if (!read_environment(values, error)) throw Error(ErrorKind::argument, "invalid setting " + error);
+    py::dict out;
+    for (const SettingValue& v : values)
+      out[v.rule->name] = v.rule->kind == SettingKind::seconds     ? py::object(py::float_(v.seconds))
+                          : v.rule->kind == SettingKind::hierarchy ? py::object(py::str(v.integer ? "flat" : "auto"))
+                                                                   : py::object(py::int_(v.integer));
+    return out;
+  }, "{setting: value} of the MPICOMP_* settings set here, by the rules every layer shares (coll/environment.h)");
+  m.def("setting_rules", [] {
+    static const char* kinds[] = {"bytes", "count", "seconds", "flag", "hierarchy"};
+    py::dict out;
+    for (const SettingRule& r : setting_rules())
+      out[r.name] = r.kind == SettingKind::seconds
+                        ? py::object(py::make_tuple(r.var, kinds[int(r.kind)], r.lo, r.hi))
+                        : py::object(py::make_tuple(r.var, kinds[int(r.kind)], uint64_t(r.lo), uint64_t(r.hi)));
+    return out;
+  }, "{setting: (variable, kind, lo, hi)}: the table of coll/environment.h");
   m.def("parse_size", [](const std::string& text) -> py::object {
     size_t n = 0;
     return parse_size(text, n) ? py::object(py::int_(n)) : py::object(py::none());

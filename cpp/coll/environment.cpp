@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string_view>
@@ -58,6 +60,81 @@ bool parse_size(const std::string& text, size_t& out) {
   if (!(unit.empty() || unit == "B" || (shift && unit == "IB"))) return false;
   if (n > (std::numeric_limits<size_t>::max() >> shift)) return false;
   out = n << shift;
+  return true;
+}
+
+const std::vector<SettingRule>& setting_rules() {
+  using K = SettingKind;
+  static const std::vector<SettingRule> rules = {
+      {"min_bytes", "MPICOMP_MIN_BYTES", K::bytes, 0, 0x1p62},
+      {"eager_bytes", "MPICOMP_EAGER_BYTES", K::bytes, 0, 0x1p30},
+      {"segment_bytes", "MPICOMP_SEGMENT_BYTES", K::bytes, 1024, 0x1p31},  // 0 would divide by zero
+      {"cache_bytes", "MPICOMP_CACHE_BYTES", K::bytes, 0, 0x1p62},
+      {"residual_bytes", "MPICOMP_RESIDUAL_BYTES", K::bytes, 0, 0x1p62},
+      {"codec_threads", "MPICOMP_CODEC_THREADS", K::count, 0, 1024},
+      {"ranks_per_node", "MPICOMP_RANKS_PER_NODE", K::count, 0, 0x1p24},
+      {"hierarchy", "MPICOMP_HIERARCHY", K::hierarchy, 0, 1},
+      {"timeout_s", "MPICOMP_TIMEOUT", K::seconds, 0, 1e9},
+      {"skip_local", "MPICOMP_SKIP_LOCAL", K::flag, 0, 1},
+      {"verbose", "MPICOMP_VERBOSE", K::flag, 0, 1},
+      {"stats", "MPICOMP_STATS", K::flag, 0, 1},
+      {"error_feedback", "MPICOMP_ERROR_FEEDBACK", K::flag, 0, 1},
+  };
+  return rules;
+}
+
+bool read_environment(std::vector<SettingValue>& out, std::string& error) {
+  out.clear();
+  if (std::getenv("MPICOMP_COMPRESS_LOCAL")) {  // renamed with its default flipped: never ignored silently
+    error = "MPICOMP_COMPRESS_LOCAL: gone; compression is now applied on one node too, by default (set "
+            "MPICOMP_SKIP_LOCAL=1 to skip it there, and unset MPICOMP_COMPRESS_LOCAL)";
+    return false;
+  }
+  for (const SettingRule& r : setting_rules()) {
+    const char* v = std::getenv(r.var);
+    if (!v) continue;
+    const std::string text(v), range = "[" + std::to_string(uint64_t(r.lo)) + ", " + std::to_string(uint64_t(r.hi)) + "]";
+    SettingValue value{&r, 0, 0};
+    size_t n = 0;
+    char* end = nullptr;
+    errno = 0;
+    bool ok = false;
+    std::string expected;
+    switch (r.kind) {
+      case SettingKind::bytes:
+        ok = parse_size(text, n) && n >= uint64_t(r.lo) && n <= uint64_t(r.hi);  // exact: 2^62 + 1 as a double is 2^62
+        value.integer = n;
+        expected = "a byte count in " + range + " (65536, 64K, 16M)";
+        break;
+      case SettingKind::count: {
+        const long long c = std::strtoll(v, &end, 10);
+        ok = *v && !*end && !errno && c >= 0 && uint64_t(c) >= uint64_t(r.lo) && uint64_t(c) <= uint64_t(r.hi);
+        value.integer = uint64_t(c);
+        expected = "an integer in " + range;
+        break;
+      }
+      case SettingKind::seconds:
+        value.seconds = std::strtod(v, &end);
+        ok = *v && !*end && !errno && value.seconds >= r.lo && value.seconds <= r.hi;
+        expected = "a number of seconds in [0, 1e9] (0: no limit)";
+        break;
+      case SettingKind::flag:
+        ok = text == "0" || text == "1";
+        value.integer = text == "1";
+        expected = "0 or 1";
+        break;
+      case SettingKind::hierarchy:
+        ok = text == "auto" || text == "flat";
+        value.integer = text == "flat";
+        expected = "auto or flat";
+        break;
+    }
+    if (!ok) {
+      error = std::string(r.var) + "=" + text + ": expected " + expected;
+      return false;
+    }
+    out.push_back(value);
+  }
   return true;
 }
 

@@ -31,38 +31,35 @@ _IDS = _core.CODEC_IDS
 
 
 class Codec:
-    """A codec with its options. ``name`` is the spec name, ``options`` its keyword options."""
+    """A codec with its options. ``name`` is the spec name, ``options`` its keyword options
+    with their values in force. The options of the wire codecs, their defaults and their
+    ranges are the core's (cpp/codecs/spec.h), which the interposer reads too."""
 
     id = _IDS["none"]
     name = "none"
-    _options = {}
     device_only = False  # whether it runs on GPU buffers only
     host_only = False  # whether it runs on host arrays only
     exact = False  # decodes to its input (none, lossless): no error feedback to keep
     wire = True  # a message format every collective sends; False: an allreduce algorithm (powersgd)
 
     def __init__(self, **options):
-        unknown = set(options) - set(self._options)
-        if unknown:
-            allowed = ", ".join(sorted(self._options)) or "none"
-            raise CodecError(f"codec {self.name!r} has no option {sorted(unknown)[0]!r} (options: {allowed})")
-        merged = {**self._options, **options}
-        self._check(merged)
         # Read-only: codecs are shared (codec() caches them by spec), and an option changed
         # after its check would reach the kernels unchecked.
-        self.options = types.MappingProxyType(merged)
+        self.block, options = self._in_force(options)
+        self.options = types.MappingProxyType(options)
 
-    def _check(self, options):
-        """Validates (and may normalise) the options in place before they are frozen."""
-
-    @property
-    def block(self):
-        return self.options.get("block", 0)
+    def _in_force(self, options):
+        """(block as the core takes it, the options with the defaults filled in), checked."""
+        _, block, in_force = _core.wire_codec_spec(self.name, [(k, str(v)) for k, v in options.items()])
+        return block, {k: _parse_value(v) for k, v in in_force}
 
     @property
     def spec(self):
         """The spec string that names this codec with its options."""
-        opts = ",".join(f"{k}={v}" for k, v in sorted(self.options.items()) if v != self._options[k])
+        if self.name not in _DEFAULTS:
+            _DEFAULTS[self.name] = type(self)().options
+        defaults = _DEFAULTS[self.name]
+        opts = ",".join(f"{k}={v}" for k, v in sorted(self.options.items()) if v != defaults[k])
         return f"{self.name}:{opts}" if opts else self.name
 
     def __repr__(self):
@@ -75,14 +72,11 @@ class Codec:
         return hash((self.name, tuple(sorted(self.options.items()))))
 
     def check_dtype(self, dtype_name, argument="x"):
+        """CodecError unless this codec carries arrays of this dtype (the core's rule, which
+        the collectives apply with their reductions': lossless frames sum in float32)."""
         if dtype_name not in DTYPE_IDS:
-            raise CodecError(f"{argument} has dtype {dtype_name}, which mpicomp does not support "
-                             f"(float32, float16, bfloat16, float64, or an integer type with codec 'none')")
-        if dtype_name in INTEGER_DTYPES and self.id != _IDS["none"]:
-            raise CodecError(f"codec {self.name!r} compresses floating-point data only, but {argument} has dtype "
-                             f"{dtype_name}; use codec='none' for integer arrays")
-        if dtype_name == "float64" and not self.exact:
-            raise CodecError(_FLOAT64_REFUSED.format(name=self.name, argument=argument))
+            _core.unsupported_dtype(argument, dtype_name)
+        _core.check_combination(DTYPE_IDS[dtype_name], self.id, False, False, argument)
 
     def check_memory(self, on_device):
         """Raises BackendError when this codec cannot run on host (or device) buffers here."""
@@ -194,13 +188,7 @@ _SUBNORMAL = 2.0**-142
 
 
 class _BlockCodec(Codec):
-    _options = {"block": 256}
-
-    def _check(self, options):
-        b = options["block"]
-        if not isinstance(b, (int, np.integer)) or isinstance(b, bool) or b < 32 or b > 65536 or b % 32:
-            raise CodecError(f"codec {self.name!r}: block must be a multiple of 32 in [32, 65536], got {b!r}")
-        options["block"] = int(b)
+    """A scale per block of ``block`` elements (default 256; a multiple of 32 up to 65536)."""
 
     def _block_absmax(self, x):
         a = np.abs(np.asarray(x, np.float64).ravel())
@@ -265,18 +253,25 @@ class PowerSGDCodec(Codec):
     ``min_compression_rate`` (vectors, small or thin matrices) are reduced uncompressed,
     exactly."""
 
-    name, id, wire = "powersgd", None, False
-    _options = {"rank": 4, "min_compression_rate": 2}
+    name, id, block, wire = "powersgd", None, 0, False
+    _OPTIONS = {"rank": 4, "min_compression_rate": 2}
 
-    def _check(self, options):
+    def _in_force(self, options):
+        """Its own options (an algorithm of this layer, not a wire format of the core's)."""
+        unknown = set(options) - set(self._OPTIONS)
+        if unknown:
+            raise CodecError(f"codec {self.name!r} has no option {sorted(unknown)[0]!r} (options: "
+                             f"{', '.join(sorted(self._OPTIONS))})")
+        options = {**self._OPTIONS, **options}
         r, rate = options["rank"], options["min_compression_rate"]
         if not isinstance(r, (int, np.integer)) or isinstance(r, bool) or r < 1:
             raise CodecError(f"codec 'powersgd': rank must be a positive integer, got {r!r}")
         if not isinstance(rate, (int, float, np.integer, np.floating)) or isinstance(rate, bool) or rate < 1:
             raise CodecError(f"codec 'powersgd': min_compression_rate must be a number >= 1, got {rate!r}")
+        return 0, options
 
     def check_dtype(self, dtype_name, argument="x"):
-        NoneCodec().check_dtype(dtype_name, argument)
+        codec("none").check_dtype(dtype_name, argument)
         if dtype_name in INTEGER_DTYPES:
             raise CodecError(f"codec 'powersgd' compresses floating-point data only, but {argument} has dtype "
                              f"{dtype_name}; use codec='none' for integer arrays")
@@ -376,24 +371,6 @@ class BloscCodec(_LosslessCodec):
     decodes: a damaged frame raises CodecError."""
 
     name, id, host_only = "blosc", _IDS["blosc"], True
-    _CNAMES = {"blosclz": 0, "lz4": 1, "lz4hc": 2, "zlib": 4, "zstd": 5}
-    _FILTERS = {"none": 0, "shuffle": 1, "bitshuffle": 2}
-    _options = {"cname": "zstd", "filter": "shuffle", "clevel": 1}
-
-    def _check(self, options):
-        for key, table in (("cname", self._CNAMES), ("filter", self._FILTERS)):
-            if options[key] not in table:
-                raise CodecError(f"codec {self.name!r}: {key} must be one of {', '.join(table)}, got {options[key]!r}")
-        level = options["clevel"]
-        if not isinstance(level, (int, np.integer)) or isinstance(level, bool) or not 0 <= level <= 9:
-            raise CodecError(f"codec {self.name!r}: clevel must be an integer in [0, 9], got {level!r}")
-
-    @property
-    def block(self):
-        """The options as the core takes them (blosc.h: blosc_options)."""
-        o = self.options
-        return self._CNAMES[o["cname"]] | self._FILTERS[o["filter"]] << 4 | int(o["clevel"]) << 8
-
     def check_memory(self, on_device):
         if on_device:
             raise BackendError(f"codec {self.name!r} runs on host arrays only (Blosc2 has no GPU version); "
@@ -429,18 +406,12 @@ class NvcompAnsCodec(_LosslessCodec):
     name, id, device_only = "nvcomp-ans", _IDS["nvcomp-ans"], True
 
 
-# Lossy codecs quantise float32 blocks, which would round float64 silently or overflow it:
-# float64 travels exact, with codec "none" (or a lossless codec, except in reductions, which
-# sum decoded frames in float32), or is converted by the caller.
-_FLOAT64_REFUSED = ("codec {name!r} computes in float32, but {argument} has dtype float64, whose values it would "
-                    "round (or overflow to inf); use codec='none' for float64 (exact), or pass "
-                    "{argument}.astype('float32') to compress")
-
 _CODECS = {c.name: c for c in (NoneCodec, Fp16Codec, Bf16Codec, Int8Codec, Int4Codec, SignCodec, PowerSGDCodec,
                                Lz4Codec, BloscCodec, LosslessCodec, NvcompLz4Codec, NvcompBitcompCodec,
                                NvcompAnsCodec)}
 _NVCOMP_NAMES = ("nvcomp-lz4", "nvcomp-bitcomp", "nvcomp-ans")
 _CACHE = {}
+_DEFAULTS = {}  # {name: the options of a spec that names none}
 
 
 def _parse_value(text):
@@ -465,13 +436,8 @@ def codec(spec="none", **options):
     if isinstance(spec, Codec):
         name, opts = spec.name, {**spec.options, **options}
     elif isinstance(spec, str):
-        name, _, rest = spec.strip().partition(":")
-        opts = {}
-        for item in filter(None, (s.strip() for s in rest.split(","))):
-            k, eq, v = item.partition("=")
-            if not eq:
-                raise CodecError(f"codec spec {spec!r}: option {item!r} is not key=value")
-            opts[k.strip()] = _parse_value(v.strip())
+        name, pairs = _core.split_codec_spec(spec)
+        opts = {k: _parse_value(v) for k, v in pairs}
         opts.update(options)
     else:
         raise CodecError(f"codec must be a spec string or an mpicomp.Codec, got {type(spec).__name__}")

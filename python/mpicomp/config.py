@@ -82,7 +82,6 @@ attribute          environment variable        meaning
 the LD_PRELOAD interposer library, which reads its own ``MPICOMP_*`` variables (README).
 """
 
-import os
 import sys
 import warnings
 from importlib.metadata import version
@@ -93,17 +92,14 @@ from .errors import ArgumentError
 
 __all__ = ["config"]
 
+# The core's Config fields, in get_config()'s order, and the codecs' own setting.
 _FIELDS = ("min_bytes", "eager_bytes", "segment_bytes", "skip_local", "verbose", "timeout_s", "cache_bytes",
            "hierarchy", "ranks_per_node")
-_HIERARCHY = ("auto", "flat")  # the core's Hierarchy values, in order
-_LIMITS = {"min_bytes": (0, 1 << 62), "eager_bytes": (0, 1 << 30), "segment_bytes": (1024, 1 << 31),
-           "skip_local": (0, 1), "verbose": (0, 1), "timeout_s": (0, 1e9), "cache_bytes": (0, 1 << 62),
-           "ranks_per_node": (0, 1 << 24)}
 _SETTINGS = _FIELDS + ("codec_threads",)
-_LIMITS["codec_threads"] = (0, 1024)
-_FLAGS = ("skip_local", "verbose")
-_SECONDS = ("timeout_s",)
-_ENV = {name: "MPICOMP_" + name.upper() for name in _SETTINGS} | {"timeout_s": "MPICOMP_TIMEOUT"}
+_HIERARCHY = ("auto", "flat")  # the core's Hierarchy values, in order
+# {setting: (variable, kind, lo, hi)}: the core's table (cpp/coll/environment.h), by which
+# the interposer reads its variables too.
+_RULES = _core.setting_rules()
 
 
 class _Config:
@@ -126,10 +122,10 @@ class _Config:
                                     f"got {value!r}")
             value = _HIERARCHY.index(value)
             return self._store(name, value)
-        lo, hi = _LIMITS[name]
-        if name in _FLAGS and isinstance(value, bool):
+        _, kind, lo, hi = _RULES[name]
+        if kind == "flag" and isinstance(value, bool):
             value = int(value)
-        if name in _SECONDS:
+        if kind == "seconds":
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
                 raise ArgumentError(f"mpicomp.config.{name} must be a number of seconds in [{lo}, {hi:g}] "
                                     f"(0: no limit), got {value!r}")
@@ -156,37 +152,23 @@ config = _Config()
 DEFAULT_TIMEOUT_S = 1800.0
 config.timeout_s = DEFAULT_TIMEOUT_S
 
-if "MPICOMP_COMPRESS_LOCAL" in os.environ:
-    # Renamed with the default flipped: refusing it beats silently ignoring a setting.
-    raise ArgumentError("MPICOMP_COMPRESS_LOCAL is gone: compression is now applied on one node too, by default; "
-                        "set MPICOMP_SKIP_LOCAL=1 to skip it there (and unset MPICOMP_COMPRESS_LOCAL)")
-
 # A misspelt variable is reported, not silently ignored (the list: cpp/coll/environment.cpp).
 for _unknown in _core.unknown_environment():
     warnings.warn(f"mpicomp: unknown variable {_unknown} ignored (a misspelling? README: Configuration)", stacklevel=2)
 
-for _name, _env in _ENV.items():
-    if _env in os.environ:
-        _text = os.environ[_env]
-        if _name.endswith("_bytes"):  # one size syntax in every layer (the interposer's, -m's)
-            _value = _core.parse_size(_text.strip())
-            if _value is None:
-                raise ArgumentError(f"{_env} must be a byte count (65536, 64K, 16M), got {_text!r}")
-        else:
-            try:
-                _value = float(_text) if _name in _SECONDS else _text if _name == "hierarchy" else int(_text)
-            except ValueError:
-                raise ArgumentError(f"{_env} must be {'a number' if _name in _SECONDS else 'an integer'}, "
-                                    f"got {_text!r}") from None
+# Every MPICOMP_* setting, checked at import by the core's rules: an invalid one raises
+# ArgumentError ("invalid setting MPICOMP_MIN_BYTES=lots: expected a byte count ..."), as
+# the interposer refuses it at MPI_Init.
+_ENVIRONMENT = _core.environment_settings()
+for _name, _value in _ENVIRONMENT.items():
+    if _name in _SETTINGS:
         setattr(config, _name, _value)
 
 
-def flag_from_environment(var, default=False):
-    """A 0/1 variable (MPICOMP_ERROR_FEEDBACK): anything else raises ArgumentError."""
-    value = os.environ.get(var, "").strip()
-    if value not in ("", "0", "1"):
-        raise ArgumentError(f"{var} must be 0 or 1, got {os.environ[var]!r}")
-    return default if not value else value == "1"
+def from_environment(name, default=None):
+    """The value of setting ``name`` ("stats", "error_feedback", or one of config's) that its
+    MPICOMP_* variable gives, checked at import; ``default`` when it is not set."""
+    return _ENVIRONMENT.get(name, default)
 
 
 def preload_path():

@@ -15,11 +15,10 @@ two stages for allreduce), whichever path MPI took. Headers are left out. The ta
 """
 
 import atexit
-import os
 import sys
 
 from . import _core
-from .errors import ArgumentError
+from .config import from_environment
 
 __all__ = ["stats", "reset_stats", "stats_table"]
 
@@ -54,9 +53,6 @@ def _print_at_exit():
         sys.stdout.flush()
 
 
-_flag = os.environ.get("MPICOMP_STATS", "0")
-if _flag not in ("0", "1"):
-    raise ArgumentError(f"MPICOMP_STATS must be 0 or 1, got {_flag!r}")
-if _flag == "1":
+if from_environment("stats", 0):
     # Registered after mpi4py's own exit handler (imported first), so it runs before MPI_Finalize.
     atexit.register(_print_at_exit)

@@ -33,7 +33,7 @@ import mpicomp
 from .. import _comm, _waits
 from .._agree import agree
 from ..codecs import codec_from_environment, wire_codec
-from ..config import flag_from_environment
+from ..config import from_environment
 from ..errors import ArgumentError, BackendError, CommTimeoutError
 from . import _futures, rendezvous
 
@@ -71,7 +71,7 @@ class BackendOptions:
         for op, spec in self.codecs.items():
             wire_codec(spec, f"backend_options: the {op} codec")
         if error_feedback is None:
-            error_feedback = flag_from_environment("MPICOMP_ERROR_FEEDBACK")
+            error_feedback = bool(from_environment("error_feedback", 0))
         self.error_feedback = bool(error_feedback)
 
     def __repr__(self):
