@@ -59,9 +59,12 @@ def test_log_and_determinism(runs):
 
 
 def test_bytes_follow_the_policy(runs):
-    # dp=2: one bucket of all parameters, each rank sends half of it twice (int4, 32-element blocks)
-    dp = runs["dp"]["steps"][0]["bytes_by_kind"]
-    assert dp == {"dp.gradients": 2 * mpicomp.codec("int4:block=32").encoded_bytes(runs["dp"]["parameters"])}
+    # dp=2: all the core sent is gradients (int4, 32-element blocks): one bucket of all parameters,
+    # of which each rank sends about half twice
+    dp = runs["dp"]["steps"][0]
+    assert dp["bytes_by_kind"] == {"dp.gradients": dp["wire_bytes"]}
+    int4 = mpicomp.codec("int4:block=32").encoded_bytes(runs["dp"]["parameters"])
+    assert 2 * int4 <= dp["wire_bytes"] < 2 * int4 * 1.01
     hybrid, none = runs["tp_hybrid"]["steps"][0], runs["tp_none"]["steps"][0]
     assert set(none["bytes_by_kind"]) == {"tp.forward", "tp.backward", "dp.gradients"}
     assert none["bytes_by_kind"]["dp.gradients"] == 0  # one replica: nothing to average

@@ -404,5 +404,9 @@ PYBIND11_MODULE(_core, m) {
     return out;
   });
   m.def("stats_reset", &stats_reset);
+  m.def("thread_bytes", [] {
+    const auto [wire, plain] = thread_bytes();
+    return py::make_tuple(uint64_t(wire), uint64_t(plain));
+  }, "(bytes_wire, bytes_plain) of the calls this thread ran so far");
   m.def("stats_table", [](const std::string& title) { return stats_table(stats(), title); });
 }

@@ -54,8 +54,17 @@ size_t uncompressed_wire_bytes(Coll coll, int size, size_t bytes_in) {
   }
 }
 
+namespace {
+thread_local double t_wire = 0, t_plain = 0;
+}  // namespace
+
+std::pair<double, double> thread_bytes() { return {t_wire, t_plain}; }
+
 void stats_record(Coll coll, int size, size_t bytes_in, Sent sent, Algo algo, double seconds, const Skip* skip) {
   {
+    const double plain = double(uncompressed_wire_bytes(coll, size, bytes_in));
+    t_wire += skip ? plain : double(sent.bytes);
+    t_plain += plain;
     std::lock_guard<std::mutex> g(g_mutex);
     CollStats& c = g_stats.coll[int(coll)];
     c.calls += 1;
@@ -64,7 +73,6 @@ void stats_record(Coll coll, int size, size_t bytes_in, Sent sent, Algo algo, do
     c.algorithm[int(algo)] += 1;
     c.bytes_inter += double(sent.inter);
     c.bytes_intra += double(sent.intra);
-    const double plain = double(uncompressed_wire_bytes(coll, size, bytes_in));
     c.bytes_plain += plain;
     if (skip) {
       c.skipped[int(*skip)] += 1;

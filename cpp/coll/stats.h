@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "handshake.h"
 
@@ -73,6 +74,9 @@ void stats_record(Coll coll, int size, size_t bytes_in, Sent sent, Algo algo, do
 // stage (two stages for allreduce, one for reduce_scatter; allgather's data is size parts).
 size_t uncompressed_wire_bytes(Coll coll, int size, size_t bytes_in);
 Stats stats();
+// The bytes_wire and bytes_plain of the calls recorded on this thread so far: a layer that
+// counts its traffic by purpose (mpicomp.torch.traffic) reads them around its own calls.
+std::pair<double, double> thread_bytes();
 void stats_reset();
 // The statistics as a table a person can read and a script can parse ('#' comment lines, one
 // row per collective that ran). title: the first comment line.

@@ -18,6 +18,7 @@ from ._dtypes import name_of
 from .codecs import Codec, cached, codec_from_environment, wire_codec
 from .errors import ArgumentError, BackendError, CommTimeoutError, MpicompError
 from .feedback import ErrorFeedback
+from .stats import thread_bytes
 
 __all__ = ["allreduce", "reduce_scatter", "allgather", "iallreduce", "ireduce_scatter", "iallgather", "Request", "send",
            "recv"]
@@ -204,12 +205,22 @@ def allgather(x, comm=MPI.COMM_WORLD, codec=None, out=None, error_feedback=None)
 class Request:
     """A non-blocking collective in flight. ``wait()`` returns its result (or raises its
     error); ``test()`` tells whether it has completed. Do not touch the input or output
-    arrays until it has."""
+    arrays until it has. Once it has, ``bytes_sent`` holds the payload bytes it sent (its
+    share of mpicomp.stats()'s ``bytes_wire``)."""
 
-    __slots__ = ("_future",)
+    __slots__ = ("_future", "bytes_sent")
 
-    def __init__(self, future):
-        self._future = future
+    def __init__(self, executor, fn, *args):
+        """Runs fn(*args) on executor's thread, counting the bytes it sends there."""
+        self.bytes_sent = None
+        self._future = executor.submit(self._counted, fn, *args)
+
+    def _counted(self, fn, *args):
+        before = thread_bytes()[0]
+        try:
+            return fn(*args)
+        finally:
+            self.bytes_sent = thread_bytes()[0] - before
 
     def wait(self, timeout=None):
         """Blocks until complete; returns the result array."""
@@ -245,13 +256,13 @@ def _start(coll, x, comm, codec, op, out, error_feedback):
 
     if coll == ALLREDUCE and (algorithm := _algorithm(codec)):
         prepare, run = algorithm
-        return Request(executor.submit(run, *prepare(acomm, x, codec, error_feedback, op, out, tell_in_order)))
+        return Request(executor, run, *prepare(acomm, x, codec, error_feedback, op, out, tell_in_order))
     prepared = _prepare(coll, acomm, x, codec, out, error_feedback, op, _OUT_MODE[coll], tell_in_order)
 
     def run(keep_alive=x):  # the caller may drop x (a temporary) before this runs
         return _execute(coll, prepared, keep_alive)
 
-    return Request(executor.submit(run))
+    return Request(executor, run)
 
 
 def iallreduce(x, comm=MPI.COMM_WORLD, codec=None, op="sum", out=None, error_feedback=None):

@@ -45,6 +45,13 @@ def stats_table(title=None):
     return _core.stats_table(title or f"mpicomp statistics, rank {comm.Get_rank()} of {comm.Get_size()}")
 
 
+def thread_bytes():
+    """(payload bytes, the same calls' bytes uncompressed) that the mpicomp calls run on this
+    thread have sent so far: its share of stats()'s ``bytes_wire`` and ``bytes_plain``. Read
+    around one's own calls to count them by purpose (mpicomp.torch.traffic does)."""
+    return _core.thread_bytes()
+
+
 def _print_at_exit():
     from mpi4py import MPI
 

@@ -11,6 +11,7 @@ import mpicomp
 from .. import _comm
 from ..codecs import wire_codec
 from ..errors import ArgumentError
+from ..stats import thread_bytes
 from ..torch import allreduce_gradients, traffic
 from .._agree import agree
 from .._waits import Timed
@@ -299,16 +300,18 @@ class DiLoCo:
         return loss
 
     def _outer_gradient(self, f):
-        delta = self.global_params[f].detach() - self._flat_local(f)  # step 4
-        before = traffic.bytes[_KEY]
-        traffic.allreduce(_KEY, delta, self.comm.Get_size(), self.codec)
-        self.bytes_sent += traffic.bytes[_KEY] - before
-        return delta
+        return self.global_params[f].detach() - self._flat_local(f)  # step 4
+
+    def _sent(self, n):
+        traffic.add(_KEY, n)
+        self.bytes_sent += n
 
     def _outer_step(self, f):
         delta = self._outer_gradient(f)
+        before = thread_bytes()[0]
         mpicomp.allreduce(delta, comm=self.comm, codec=self.codec, op="avg", out=delta,  # step 5
                           error_feedback=self.feedback[f])
+        self._sent(thread_bytes()[0] - before)
         self._apply(f, delta)
 
     def _launch(self, f):
@@ -321,6 +324,7 @@ class DiLoCo:
         inflight, self._inflight = self._inflight, []
         for f, delta, request in inflight:
             request.wait()
+            self._sent(request.bytes_sent)
             self._apply(f, delta, self.overlap_mix)
 
     def _apply(self, f, delta, mix=0.0):

@@ -197,7 +197,7 @@ class ProcessGroupMpicomp(dist.ProcessGroup):
                 self._timed_out = True
                 raise
 
-        return self._done(mpicomp.Request(self._executor.submit(run)), result)
+        return self._done(mpicomp.Request(self._executor, run), result)
 
     def _compressible(self, t, op=None):
         return t.is_floating_point() and t.device.type == "cpu" and (op is None or op in (_RED.SUM, _RED.AVG))

@@ -24,6 +24,8 @@ from .traffic import traffic
 __all__ = ["DDPHookState", "ddp_hook", "GradientReducer", "allreduce_gradients"]
 
 
+_KEY = ("dp", "gradients")  # the traffic key of what DDP hooks and allreduce_gradients send
+
 def _checked_codec(codec):
     return mpicomp.codec(codec)
 
@@ -34,19 +36,24 @@ def _average(flat, comm, codec, feedback, overlap=False):
     a usable GPU, else through host memory. overlap: start it on mpicomp's worker thread
     (``iallreduce``) and return a torch Future of flat that completes with it (or with its
     error); otherwise return None once it is done."""
-    traffic.allreduce(("dp", "gradients"), flat, comm.Get_size(), codec)
     # Scaled before the sum, as DDP scales gradients without a hook: codec "none" then
     # reproduces DDP's rounding.
     flat.mul_(1.0 / comm.Get_size())
     here = flat.device.type == "cpu" or (flat.is_cuda and mpicomp._core.cuda_available())
     buf = flat if here else flat.cpu()
     if not overlap:
-        mpicomp.allreduce(buf, comm=comm, codec=codec, out=buf, error_feedback=feedback)
+        with traffic.counting(_KEY):
+            mpicomp.allreduce(buf, comm=comm, codec=codec, out=buf, error_feedback=feedback)
         if buf is not flat:
             flat.copy_(buf)
         return None
     req = mpicomp.iallreduce(buf, comm=comm, codec=codec, out=buf, error_feedback=feedback)
-    return _futures.from_request(req, lambda: flat if buf is flat else flat.copy_(buf))
+
+    def done():  # on mpicomp's worker, once req has completed
+        traffic.add(_KEY, req.bytes_sent)
+        return flat if buf is flat else flat.copy_(buf)
+
+    return _futures.from_request(req, done)
 
 
 def _completed(value):

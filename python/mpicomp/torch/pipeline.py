@@ -55,8 +55,8 @@ class GPipe:
     def _send(self, t, dest, kind, tag):
         t = t.detach().contiguous()
         codec = self.policy.codec("pp", kind)
-        traffic.send(("pp", kind), t, codec)
-        mpicomp.send(t, dest, comm=self.comm, codec=codec, tag=tag)
+        with traffic.counting(("pp", kind)):
+            mpicomp.send(t, dest, comm=self.comm, codec=codec, tag=tag)
 
     def _recv(self, source, kind, tag):
         out = torch.empty(self.activation_shape, dtype=self.dtype)

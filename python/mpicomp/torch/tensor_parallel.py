@@ -25,8 +25,8 @@ def _allreduce(t, comm, codec, kind):
     if comm.Get_size() == 1:
         return t
     t = t.contiguous()
-    traffic.allreduce(("tp", kind), t, comm.Get_size(), codec)
-    return mpicomp.allreduce(t, comm=comm, codec=codec, op="sum")
+    with traffic.counting(("tp", kind)):
+        return mpicomp.allreduce(t, comm=comm, codec=codec, op="sum")
 
 
 class _CopyToTensorParallel(torch.autograd.Function):

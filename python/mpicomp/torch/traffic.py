@@ -4,15 +4,11 @@ Xu et al., arXiv 2409.02423, trades against loss)."""
 
 from collections import defaultdict
 from collections.abc import Mapping
+from contextlib import contextmanager
 
-import mpicomp
+from ..stats import thread_bytes
 
 __all__ = ["Traffic", "traffic"]
-
-
-def _wire_bytes(t, codec):
-    """Bytes of tensor t on the wire (uncompressed below config.min_bytes, as the core sends it)."""
-    return mpicomp.codec(codec).message_bytes(tuple(t.shape), t.dtype)
 
 
 class Traffic(Mapping):
@@ -20,27 +16,28 @@ class Traffic(Mapping):
     read-only mapping (``traffic["dp", "gradients"]``, ``dict(traffic)``, ``traffic.items()``)
     in which a key nothing was sent under reads 0.
 
-    An allreduce over p ranks counts 2 (p - 1) / p times the encoded message (a
-    reduce-scatter stage then an allgather stage, each rank sending all parts but its own);
-    a send counts the encoded message. Headers (a few bytes per message) are left out.
-    Messages below ``mpicomp.config.min_bytes`` count uncompressed, as the core sends them.
-    With ``mpicomp.config.skip_local`` set, communicators whose ranks share one node send
-    uncompressed; the counter still reports the codec's bytes (what a run across nodes
-    sends). ``mpicomp.stats()`` counts what the core really sent.
-    Lossless codecs (lz4, nvcomp-*) count their bound, the input's size: what they save
-    depends on the data (the LD_PRELOAD statistics count the bytes actually sent).
+    The bytes are the core's own count of each call (``mpicomp.stats()``'s ``bytes_wire``,
+    split by purpose): an allreduce over p ranks sends about 2 (p - 1) / p of its encoded
+    message, a send the message; calls below ``mpicomp.config.min_bytes`` or skipped by
+    ``skip_local`` count what they sent uncompressed, lossless codecs what they really sent.
+    Headers (a few bytes per message) are left out.
     """
 
     def __init__(self):
         self.bytes = defaultdict(int)
 
-    def allreduce(self, key, tensor, size, codec):
-        """Records an allreduce of ``tensor`` over ``size`` ranks with ``codec``."""
-        self.bytes[key] += 2 * (size - 1) * _wire_bytes(tensor, codec) // size
+    @contextmanager
+    def counting(self, key):
+        """Counts under ``key`` what the mpicomp calls this thread makes in the block send."""
+        before = thread_bytes()[0]
+        try:
+            yield
+        finally:
+            self.bytes[key] += thread_bytes()[0] - before
 
-    def send(self, key, tensor, codec):
-        """Records a point-to-point send of ``tensor`` with ``codec``."""
-        self.bytes[key] += _wire_bytes(tensor, codec)
+    def add(self, key, n):
+        """Counts n bytes under ``key`` (e.g. a completed mpicomp.Request's bytes_sent)."""
+        self.bytes[key] += n
 
     def __getitem__(self, key):
         return self.bytes.get(key, 0)

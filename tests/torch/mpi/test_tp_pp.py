@@ -50,11 +50,14 @@ def test_compressed_tp_is_close_and_counted():
     mpicomp.config.min_bytes = 0
     mt.traffic.reset()
     tp, ref = tp_and_reference(mt.Policy(tp={"forward": "int8", "backward": "bf16"}))
+    mpicomp.reset_stats()
     (y, gx), (y_ref, gx_ref) = run(tp), run(ref)
     assert 0 < (y - y_ref).abs().max() < 0.02 * y_ref.abs().max()
     assert 0 < (gx - gx_ref).abs().max() < 0.02 * gx_ref.abs().max()
-    enc = {kind: mpicomp.codec(c).encoded_bytes(4 * 5 * 8) for kind, c in (("forward", "int8"), ("backward", "bf16"))}
-    assert dict(mt.traffic.bytes) == {("tp", k): 2 * (N - 1) * b // N for k, b in enc.items()}
+    sent = dict(mt.traffic.bytes)
+    assert set(sent) == {("tp", "forward"), ("tp", "backward")}
+    assert sum(sent.values()) == mpicomp.stats()["allreduce"]["bytes_wire"]  # the core's own count, by purpose
+    assert 0 < sent["tp", "forward"] < sent["tp", "backward"]  # int8 against bf16, on tensors of one size
 
 
 def test_layer_arguments():
@@ -90,13 +93,15 @@ def test_gpipe_matches_single_process():
 def test_gpipe_compressed_traffic():
     mpicomp.config.min_bytes = 0
     mt.traffic.reset()
+    mpicomp.reset_stats()
     stage, ref = stages_and_reference()
     xs, ts = micro_batches()
     loss = mt.GPipe(stage, WORLD, (4, 6), policy=mt.Policy(pp="bf16")).step(xs, ts, F.mse_loss)
     ref_loss = sum(F.mse_loss(ref(x), t) for x, t in zip(xs, ts)).item() / len(xs)
     assert loss == pytest.approx(ref_loss, rel=1e-2)
-    sent = {("pp", "forward"): 0 if RANK == N - 1 else 3 * 48, ("pp", "backward"): 0 if RANK == 0 else 3 * 48}
-    assert {k: mt.traffic.bytes[k] for k in sent} == sent  # bf16: 2 bytes for each of 24 elements
+    sent = {k: mt.traffic[k] for k in (("pp", "forward"), ("pp", "backward"))}
+    assert sum(sent.values()) == mpicomp.stats()["send/recv"]["bytes_wire"] > 0  # the core's own count, by purpose
+    assert (sent["pp", "forward"] == 0) == (RANK == N - 1) and (sent["pp", "backward"] == 0) == (RANK == 0)
 
 
 def test_gpipe_wrong_shape_raises_on_every_stage():
