@@ -9,7 +9,7 @@
 #include "../codecs/cuda/runtime.h"
 #include "../codecs/host_codec.h"
 #include "../coll/coll.h"
-#include "../core/errors.h"
+#include "../codecs/errors.h"
 #include "args.h"
 #include "comm.h"
 

@@ -17,7 +17,7 @@
 #include "../coll/stages.h"
 #include "../coll/stats.h"
 #include "../coll/topology.h"
-#include "../core/errors.h"
+#include "../codecs/errors.h"
 #include "args.h"
 #include "comm.h"
 

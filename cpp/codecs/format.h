@@ -76,6 +76,12 @@ MPICOMP_HD size_t dtype_size(DType t) {
   }
 }
 MPICOMP_HD bool is_float(DType t) { return t <= DType::f64; }
+// numpy's and torch's names (mpicomp.codecs' dtype names, the bindings' DTYPES).
+inline const char* dtype_name(DType t) {
+  static const char* names[kDTypes] = {"float32", "float16", "bfloat16", "float64", "int8",
+                                       "uint8",   "int16",   "int32",    "int64"};
+  return int(t) < kDTypes ? names[int(t)] : "unknown";
+}
 MPICOMP_HD bool is_blockwise(CodecId c) { return c == CodecId::int8 || c == CodecId::int4 || c == CodecId::sign; }
 MPICOMP_HD bool is_lossless(CodecId c) { return c >= CodecId::lz4; }
 MPICOMP_HD size_t frame_align(size_t b) { return (b + kFrameAlign - 1) / kFrameAlign * kFrameAlign; }

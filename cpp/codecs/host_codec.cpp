@@ -7,7 +7,7 @@
 #include <immintrin.h>
 #endif
 
-#include "../core/errors.h"
+#include "errors.h"
 #include "codec.h"
 #include "lossless.h"
 #include "parallel.h"

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "../core/errors.h"
+#include "errors.h"
 #include "blosc.h"
 #include "parallel.h"
 

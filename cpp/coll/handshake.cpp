@@ -231,20 +231,6 @@ void halving(Exchange& ex, MPI_Comm c, const CommInfo& ci) {
 
 size_t accum_size(DType t) { return (t == DType::f16 || t == DType::bf16) ? 4 : dtype_size(t); }
 
-const char* coll_name(Coll c) {
-  switch (c) {
-    case Coll::allreduce: return "allreduce";
-    case Coll::reduce_scatter: return "reduce_scatter";
-    case Coll::allgather: return "allgather";
-    default: return "send/recv";
-  }
-}
-const char* dtype_name(DType t) {
-  static const char* names[kDTypes] = {"float32", "float16", "bfloat16", "float64", "int8",
-                                       "uint8",   "int16",   "int32",    "int64"};
-  return names[int(t)];
-}
-
 std::string describe(const Signature& s) {
   if (s.invalid) return "rejected its own arguments";
   std::string d = std::string(coll_name(s.coll)) + " of " + std::to_string(s.count) + " " + dtype_name(s.dtype) +

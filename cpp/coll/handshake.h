@@ -10,10 +10,9 @@
 #include <string>
 
 #include "../codecs/format.h"
+#include "coll_id.h"
 
 namespace mpicomp {
-
-enum class Coll : uint8_t { allreduce = 1, reduce_scatter = 2, allgather = 3, send = 4 };
 
 // What one rank intends; all ranks of one call must send equal signatures.
 struct Signature {
@@ -64,7 +63,5 @@ void eager_collective(MPI_Comm comm, const Signature& mine, const Payload& data)
 // dtype itself.
 size_t accum_size(DType t);
 
-const char* coll_name(Coll c);
-const char* dtype_name(DType t);
 
 }  // namespace mpicomp

@@ -6,7 +6,7 @@
 #include <mutex>
 #include <string>
 
-#include "../core/errors.h"
+#include "../codecs/errors.h"
 #include "../codecs/format.h"
 
 namespace mpicomp {

@@ -8,7 +8,7 @@
 #include <thread>
 #include <utility>
 
-#include "../core/errors.h"
+#include "../codecs/errors.h"
 
 namespace mpicomp::pmpi {
 namespace {

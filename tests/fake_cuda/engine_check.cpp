@@ -17,7 +17,7 @@
 #include "../../cpp/coll/coll.h"
 #include "../../cpp/coll/config.h"
 #include "../../cpp/coll/topology.h"
-#include "../../cpp/core/errors.h"
+#include "../../cpp/codecs/errors.h"
 #include "cuda_runtime.h"
 
 using namespace mpicomp;

@@ -16,7 +16,7 @@
 #include "codecs/blosc.h"
 #include "codecs/codec.h"
 #include "codecs/host_codec.h"
-#include "core/errors.h"
+#include "codecs/errors.h"
 
 using namespace mpicomp;
 

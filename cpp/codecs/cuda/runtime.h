@@ -6,7 +6,7 @@
 #include <map>
 #include <string>
 
-#include "../../core/errors.h"
+#include "../errors.h"
 
 namespace mpicomp::cuda {
 

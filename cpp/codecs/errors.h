@@ -1,5 +1,6 @@
-// Errors the C++ core raises. The Python layer maps each kind onto the matching
-// mpicomp.MpicompError subclass (bindings) and the interposer onto an MPI error message.
+// Errors the C++ core raises, in every layer (hence here, in layer 1). The Python layer maps
+// each kind onto the matching mpicomp.MpicompError subclass (bindings) and the interposer
+// onto an MPI error message.
 #pragma once
 #include <stdexcept>
 #include <string>
