@@ -346,8 +346,10 @@ def main(argv=None):
            "policy": policy.describe(), "corpus_bytes": int(data.size), "steps": []}
 
     if world.Get_rank() == 0:
-        print(f"# {params:,} parameters, {mesh}, policy {args.policy}: {policy.describe()}, "
-              f"optimizer {args.optimizer}", flush=True)
+        # DiLoCo averages whole models with its own codec: the policy's dp codec is not used there
+        codecs = (f"outer codec {args.outer_codec} every {args.sync_every} steps, policy {args.policy} for tp/pp"
+                  if args.optimizer == "diloco" else f"policy {args.policy}: {policy.describe()}")
+        print(f"# {params:,} parameters, {mesh}, {codecs}, optimizer {args.optimizer}", flush=True)
     tokens = 0
     for step in range(1, args.steps + 1):
         mt.traffic.reset()

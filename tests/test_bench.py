@@ -201,18 +201,18 @@ def test_header_and_rows_arrive_as_measured_through_a_pipe():
     size's rows when it is measured, and a progress line per size on stderr once the run is
     long. 8M then 16M, 150 iterations: each size takes about a second here (at 60 the 8M
     size once took 0.24 s, under the 0.25 s this test needs to tell streaming from the end)."""
-    proc = subprocess.Popen([MPIEXEC, "-n", "2", sys.executable, "-m", "mpicomp.bench", "allreduce", "-m", "8M:16M",
-                             "-i", "150", "-x", "1", "--rounds", "1", "--codec", "int8", "--compare", "mpi"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines = []
-    reader = threading.Thread(target=_timed_lines, args=(proc, lines))
-    reader.start()
-    try:
-        proc.wait(timeout=120)  # stderr's few lines fit in the pipe
-    finally:
-        proc.kill()
-        reader.join()
-    err = proc.stderr.read()
+    with subprocess.Popen([MPIEXEC, "-n", "2", sys.executable, "-m", "mpicomp.bench", "allreduce", "-m", "8M:16M",
+                           "-i", "150", "-x", "1", "--rounds", "1", "--codec", "int8", "--compare", "mpi"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        reader = threading.Thread(target=_timed_lines, args=(proc, lines))
+        reader.start()
+        try:
+            proc.wait(timeout=120)  # stderr's few lines fit in the pipe
+        finally:
+            proc.kill()
+            reader.join()
+        err = proc.stderr.read()
     assert proc.returncode == 0, err
     assert lines[0][1].startswith("# mpicomp-bench allreduce")
     rows = [(t, l.split()) for t, l in lines if l[:1].isdigit()]

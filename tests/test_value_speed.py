@@ -18,7 +18,7 @@ from mpicomp.bench import inputs
 from mpicomp.bench.codec_speed import kernels
 
 N = 1 << 22
-ROUNDS = 7
+ROUNDS, MORE = 7, 21  # more rounds only while one kind looks slow: a busy moment passes, an assist stays
 
 
 @pytest.fixture
@@ -35,15 +35,17 @@ def test_tiny_and_subnormal_data_run_at_normal_speed(name, one_thread):
     kinds = ("normal", "osu", "subnormal")
     ops = {k: dict(zip(("encode", "decode", "decode_accumulate"), kernels(c, inputs.make(k, N, 0)))) for k in kinds}
     best = {(k, op): float("inf") for k in kinds for op in ops["normal"]}
-    for _ in range(ROUNDS):  # interleaved, so a busy moment slows every kind alike
+    for done in range(ROUNDS + MORE):  # interleaved, so a busy moment slows every kind alike
         for k in kinds:
             for op, fn in ops[k].items():
                 t0 = time.perf_counter()
                 fn()
                 best[k, op] = min(best[k, op], time.perf_counter() - t0)
-    slow = {f"{k} {op}": round(best["normal", op] / best[k, op], 2)
-            for k in kinds[1:] for op in ops["normal"] if best["normal", op] / best[k, op] < 0.5}
-    assert not slow, f"{name}: speed relative to normal data {slow}"
+        slow = {f"{k} {op}": round(best["normal", op] / best[k, op], 2)
+                for k in kinds[1:] for op in ops["normal"] if best["normal", op] / best[k, op] < 0.5}
+        if done + 1 >= ROUNDS and not slow:
+            break
+    assert not slow, f"{name}: speed relative to normal data {slow} after {done + 1} rounds"
 
 
 def test_caller_floating_point_state_is_kept():

@@ -3,6 +3,7 @@ averages exchanged with plain mpi4py), its fragments, bit-identical replicas wit
 codecs, checkpoints (also loaded by fewer and more workers), and errors on every rank."""
 import os
 import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -255,9 +256,9 @@ def test_bad_checkpoints_raise_on_every_rank(tmp_path_shared):
     path = os.path.join(tmp_path_shared, "good.pt")
     _train_and_save(WORLD, path)
     if RANK == 0:
-        data = open(path, "rb").read()
-        open(path + ".cut", "wb").write(data[:len(data) // 2])
-        open(path + ".junk", "wb").write(b"not a checkpoint at all")
+        data = Path(path).read_bytes()
+        Path(path + ".cut").write_bytes(data[:len(data) // 2])
+        Path(path + ".junk").write_bytes(b"not a checkpoint at all")
     WORLD.Barrier()
     model = toy_model()
     for bad in (path + ".cut", path + ".junk", path + ".missing"):
