@@ -82,11 +82,11 @@ def main():
         if comm.rank == 0:
             print(f"  {nbytes:11d} {best['mpi-staged'] * 1e3:11.3f} " + " ".join(
                 f"{best[c] * 1e3:8.3f} {best['mpi-staged'] / best[c]:5.2f}x" for c in codecs), flush=True)
+            if a.json:  # after every size: a run its time limit cuts keeps what it measured
+                write_json(a.json, records)
         del x, y, host, total
         if cuda:
             torch.cuda.empty_cache()
-    if a.json and comm.rank == 0:
-        write_json(a.json, records)
 
 
 if __name__ == "__main__":
