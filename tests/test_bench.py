@@ -84,7 +84,10 @@ def test_end_to_end_osu_table_and_json_schema(tmp_path, op):
     assert len(rows) == 3 * 8 and all(len(x) == 12 for x in rows)  # mpi, none, int4 x 1K..128K
     # No link rate (not bench/netem): MPI's rows have no bound, compressed ones the codec's.
     assert all(x[5:7] == ["-", "-"] for x in rows if x[10] == "mpi")
-    assert all(float(x[5]) > 0 for x in rows if x[11] == "int4" and int(x[0]) >= 64 << 10)
+    # Compressed from min_bytes (64 KiB) of input per part: a reduce_scatter's size is all parts.
+    first = (128 if op == "reduce_scatter" else 64) << 10
+    assert all(float(x[5]) > 0 for x in rows if x[11] == "int4" and int(x[0]) >= first)
+    assert all(x[5] == "-" for x in rows if x[11] == "int4" and int(x[0]) < first)
     # In the order measured: each size's implementations side by side, sizes ascending.
     assert [(int(x[0]), x[10], x[11]) for x in rows[:4]] == [
         (1024, "mpi", "none"), (1024, "mpicomp", "none"), (1024, "mpicomp", "int4"), (2048, "mpi", "none")]

@@ -236,3 +236,32 @@ def test_doubles_stay_exact_unless_named():
     assert 0 < float(r.stdout.split("ERR")[1].split()[0]) < 0.01  # int8's error, well below 1%
     assert stats_rows(r.stdout)["allreduce"][1] == 1
     assert "MPI_SUM of float/double (MPICOMP_DTYPES)" in r.stderr
+
+
+AUTO_PROGRAM = r"""
+import numpy as np
+from mpi4py import MPI
+c = MPI.COMM_WORLD
+bad = 0
+for _ in range(3):
+    for n in (256, 1 << 12, 1 << 16, 1 << 18):
+        xs = [np.random.default_rng(r).standard_normal(n).astype(np.float32) for r in range(c.size)]
+        y = np.empty(n, np.float32)
+        c.Allreduce(xs[c.rank], y)
+        bad += not np.array_equal(y, xs[0] + xs[1])  # one float32 addition: exact, compressed or not
+if c.rank == 0:
+    print("BAD", bad, flush=True)
+"""
+
+
+def test_codec_auto_measures_once_and_decides_each_call():
+    """MPICOMP_CODEC=auto:lz4: the first call goes to MPI and measures; each later one is
+    compressed or passed to MPI as the measurements say, counted under its reason, and lz4 or
+    not, the sums are MPI's exactly."""
+    r = mpiexec(2, sys.executable, "-c", AUTO_PROGRAM, MPICOMP_CODEC="auto:lz4", MPICOMP_STATS="1",
+                MPICOMP_VERBOSE="1")
+    assert r.returncode == 0 and "BAD 0" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
+    calls, compressed, *_, reasons = stats_rows(r.stdout)["allreduce"]
+    assert calls == 12 and reasons.get("auto_probe") == 1, reasons
+    assert compressed + reasons.get("auto_small", 0) + reasons.get("auto_link", 0) == 11, reasons
+    assert "auto, allreduce of float32 on 2 ranks: " in r.stderr and "auto:lz4" in r.stderr, r.stderr[-2000:]

@@ -14,9 +14,14 @@ namespace mpicomp {
 void bind_cuda(pybind11::module_& m);  // cuda.cpp: the GPU functions of the module
 #endif
 
+// A codec as Python hands it to a collective: its CodecId, plus kAutoBit for codec "auto"
+// (mpicomp.codec("auto:int4").call_id).
+constexpr int kAutoBit = 1 << 8;
+
 inline CollArgs coll_args(int codec, uint32_t block, int dtype, size_t count, bool avg, uintptr_t residual) {
   CollArgs a;
-  a.spec = Spec{CodecId(codec), block};
+  a.spec = Spec{CodecId(codec & ~kAutoBit), block};
+  a.adaptive = codec & kAutoBit;
   a.dtype = DType(dtype);
   a.count = count;
   a.avg = avg;

@@ -9,6 +9,7 @@
 #include "../codecs/host_codec.h"
 #include "../codecs/parallel.h"
 #include "../codecs/spec.h"
+#include "../coll/adaptive.h"
 #include "../coll/coll.h"
 #include "../coll/config.h"
 #include "../coll/deadline.h"
@@ -201,6 +202,7 @@ PYBIND11_MODULE(_core, m) {
   m.attr("CHUNK_BYTES") = kChunkBytes;
   m.attr("RAW_CHUNK") = kRawChunk;
   m.attr("STREAM_BYTES") = kStreamBytes;
+  m.attr("AUTO_BIT") = kAutoBit;
 
   m.def("numpy_args", [](const py::array& x, py::handle out, int out_mode, int size) {
     NumpyArgs t = numpy_args(x, out, out_mode, size);
@@ -228,7 +230,7 @@ PYBIND11_MODULE(_core, m) {
     NumpyArgs t;
     try {
       t = numpy_args(x, out, coll == int(Coll::reduce_scatter) ? 1 : coll == int(Coll::allgather) ? 2 : 0, size);
-      check_combination(t.dt, codec, avg, coll != int(Coll::allgather), "x");
+      check_combination(t.dt, codec & ~kAutoBit, avg, coll != int(Coll::allgather), "x");
     } catch (const Error&) {
       try {
         py::gil_scoped_release nogil;
@@ -255,6 +257,10 @@ PYBIND11_MODULE(_core, m) {
   });
 
   // ---- codecs (layer 1), host memory ----
+  m.def("split_auto", [](const std::string& text) -> py::object {
+    std::string inner;
+    return split_auto(text, inner) ? py::object(py::str(inner)) : py::object(py::none());
+  }, "The codec spec an 'auto' or 'auto:<spec>' spec names, or None for another spec (codecs/spec.h)");
   m.def("split_codec_spec", [](const std::string& text) {
     std::string name, why;
     SpecOptions options;
@@ -330,12 +336,13 @@ PYBIND11_MODULE(_core, m) {
   m.def("get_config", [] {
     Config c = config();
     return py::make_tuple(c.min_bytes, c.eager_bytes, c.segment_bytes, size_t(c.skip_local), size_t(c.verbose),
-                          c.timeout_s, c.cache_bytes, size_t(c.hierarchy), c.ranks_per_node);
+                          c.timeout_s, c.cache_bytes, size_t(c.hierarchy), c.ranks_per_node, c.auto_reprobe_s);
   });
   m.def("set_config", [](size_t min_bytes, size_t eager_bytes, size_t segment_bytes, size_t skip_local,
-                         size_t verbose, double timeout_s, size_t cache_bytes, size_t hierarchy, size_t ranks_per_node) {
+                         size_t verbose, double timeout_s, size_t cache_bytes, size_t hierarchy, size_t ranks_per_node,
+                         double auto_reprobe_s) {
     set_config(Config{min_bytes, eager_bytes, segment_bytes, skip_local != 0, verbose != 0, timeout_s, cache_bytes,
-                      Hierarchy(hierarchy), ranks_per_node});
+                      Hierarchy(hierarchy), ranks_per_node, auto_reprobe_s});
   });
   // A communicator's nodes (topology.h): collective on its first use, as any mpicomp call.
   m.def("node_layout", [](py::handle comm) {
@@ -384,6 +391,33 @@ PYBIND11_MODULE(_core, m) {
   m.def("set_timeout", [](py::handle comm, double seconds) { set_timeout(comm_of(comm), seconds); },
         "Calls on comm, and on its later duplicates, wait at most seconds (0: no limit)");
 
+  // ---- codec "auto" (adaptive.h) ----
+  m.def("auto_model", [](py::handle comm, int coll, int dtype, int codec, uint32_t block) -> py::object {
+    int probes = 0;
+    std::optional<AutoModel> m =
+        auto_model(comm_of(comm), Coll(coll), DType(dtype), Spec{CodecId(codec), block}, &probes);
+    if (!m) return py::none();
+    return py::dict(py::arg("bytes") = m->bytes, py::arg("plain") = m->plain, py::arg("packed") = m->packed,
+                    py::arg("break_even") = m->break_even(), py::arg("probes") = probes,
+                    py::arg("describe") = m->describe(codec_name(CodecId(codec))));
+  }, "comm's measured model for (collective, dtype, codec), or None");
+  m.def("auto_install", [](py::handle comm, int coll, int dtype, int codec, uint32_t block, std::vector<double> bytes,
+                           std::vector<double> plain, std::vector<double> packed) {
+    MPI_Comm c = comm_of(comm);
+    py::gil_scoped_release nogil;
+    auto_install(c, Coll(coll), DType(dtype), Spec{CodecId(codec), block}, AutoModel{bytes, plain, packed});
+  }, "Installs a model given by every rank (the slowest rank's times, as a probe agrees them). Collective");
+  m.def("auto_evaluate", [](std::vector<double> bytes, std::vector<double> plain, std::vector<double> packed,
+                            std::vector<double> sizes) {
+    const AutoModel m{bytes, plain, packed};
+    std::vector<std::string> decisions;
+    for (double b : sizes) {
+      const std::optional<Skip> why = m.decide(b);
+      decisions.push_back(why ? skip_name(*why) : "compress");
+    }
+    return py::make_tuple(m.break_even(), decisions);
+  }, "(break-even bytes, the decision at each of sizes: 'compress', 'auto_small' or 'auto_link') of a model");
+
   // ---- statistics (stats.h) ----
   m.def("stats", [] {
     Stats s = stats();
@@ -399,7 +433,9 @@ PYBIND11_MODULE(_core, m) {
                                          py::arg("bytes_inter") = static_cast<long long>(c.bytes_inter),
                                          py::arg("bytes_intra") = static_cast<long long>(c.bytes_intra),
                                          py::arg("algorithms") = algorithms,
-                                         py::arg("seconds") = c.seconds, py::arg("skipped") = skipped);
+                                         py::arg("seconds") = c.seconds, py::arg("skipped") = skipped,
+                                         py::arg("probes") = static_cast<long long>(c.probes),
+                                         py::arg("probe_seconds") = c.probe_seconds);
     }
     return out;
   });

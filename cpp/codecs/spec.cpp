@@ -53,6 +53,13 @@ bool value_of(const Option& o, const std::string& codec, const std::string& text
 
 }  // namespace
 
+bool split_auto(const std::string& text, std::string& inner) {
+  const size_t colon = text.find(':');
+  if (trimmed(text.substr(0, colon)) != "auto") return false;
+  inner = colon == std::string::npos ? kAutoDefault : trimmed(text.substr(colon + 1));
+  return true;
+}
+
 bool split_spec(const std::string& text, std::string& name, SpecOptions& options, std::string& why) {
   const size_t colon = text.find(':');
   name = trimmed(text.substr(0, colon));

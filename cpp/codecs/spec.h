@@ -12,6 +12,13 @@ namespace mpicomp {
 
 using SpecOptions = std::vector<std::pair<std::string, std::string>>;  // (key, value as text)
 
+// The codec "auto" names ("auto" alone: int8, the default codec of gradients).
+constexpr const char* kAutoDefault = "int8";
+
+// "auto" or "auto:<spec>" (e.g. "auto:int4:block=128"): codec "auto", which compresses with
+// <spec> where that pays (coll/adaptive.h). True for those, with <spec>'s text in `inner`.
+bool split_auto(const std::string& text, std::string& inner);
+
 // Splits text into its name and options, each trimmed of blanks; false, with why, for an
 // option that is not key=value.
 bool split_spec(const std::string& text, std::string& name, SpecOptions& options, std::string& why);

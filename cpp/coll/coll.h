@@ -12,12 +12,19 @@ namespace mpicomp {
 
 struct CollArgs {
   Spec spec;                   // codec as requested (below Config::min_bytes, none is used)
+  bool adaptive = false;       // codec "auto": spec where it pays, by size, measured (adaptive.h); min_bytes unused
   DType dtype = DType::f32;
   size_t count = 0;            // see each function
   bool avg = false;            // divide the sum by the communicator's size
   float* residual = nullptr;   // error feedback, float32 with as many elements as the input
   Engine* engine = nullptr;    // null: the CPU engine
 };
+
+// A call's input bytes on a communicator of `size` ranks (for reduce_scatter all its parts), as
+// the statistics count them and codec "auto" decides by.
+inline size_t bytes_in(Coll coll, const CollArgs& a, int size) {
+  return a.count * dtype_size(a.dtype) * (coll == Coll::reduce_scatter ? size_t(size) : 1);
+}
 
 // allreduce and allgather outputs of this many bytes and more are decoded into place with
 // streaming stores, around the cache (Engine::decode): no longer fitting in cache, each line

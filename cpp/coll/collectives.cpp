@@ -12,6 +12,7 @@
 #include "mpi_count.h"
 #include "scratch.h"
 #include "stages.h"
+#include "adaptive.h"
 #include "algorithms.h"
 #include "stats.h"
 
@@ -23,14 +24,19 @@ Config g_config;
 
 Engine& engine_of(const CollArgs& a) { return a.engine ? *a.engine : cpu_engine(); }
 
+thread_local bool t_inner = false;  // inside via_host: the outer call is the one counted
+thread_local bool t_probe = false;  // codec "auto" measuring (adaptive.h): compressed as asked, not counted
+
 // What travels: the codec asked for, except where a policy says compression cannot pay
-// (below min_bytes, nobody to talk to, skip_local on one node); `skip` says which.
+// (below min_bytes, nobody to talk to, skip_local on one node, codec "auto"'s measurements);
+// `skip` says which.
 Signature signature(Coll coll, const CollArgs& a, const CommInfo& ci, const Config& cfg, MPI_Comm comm,
                     std::optional<Skip>& skip) {
   Signature s;
   s.coll = coll;
   s.count = a.count;
   s.codec = a.spec.id;
+  s.adaptive = a.adaptive;
   s.block = is_blockwise(a.spec.id) ? a.spec.block : 0;
   s.dtype = a.dtype;
   s.avg = a.avg;
@@ -41,10 +47,12 @@ Signature signature(Coll coll, const CollArgs& a, const CommInfo& ci, const Conf
     skip = Skip::codec_none;
   else if (ci.size == 1)
     skip = Skip::single_rank;
-  else if (a.count * dtype_size(a.dtype) < cfg.min_bytes)
+  else if (!a.adaptive && !t_probe && a.count * dtype_size(a.dtype) < cfg.min_bytes)
     skip = Skip::small;
   else if (local && cfg.skip_local)
     skip = Skip::local;
+  else if (a.adaptive)  // from a model all ranks hold alike: the same decision everywhere
+    skip = auto_decision(comm, coll, a, bytes_in(coll, a, ci.size));
   s.wire = skip ? CodecId::none : a.spec.id;
   // Every setting that shapes the wire is agreed: the thresholds and skip_local through
   // `wire` and `eager`, the segment size here (ranks whose environments differ would post
@@ -53,8 +61,6 @@ Signature signature(Coll coll, const CollArgs& a, const CommInfo& ci, const Conf
   s.flat = cfg.hierarchy == Hierarchy::flat;
   return s;
 }
-
-thread_local bool t_inner = false;  // inside via_host: the outer call is the one counted
 
 // Counts one call in the statistics when it returns (not when it fails), under the algorithm
 // the call set.
@@ -66,7 +72,7 @@ class Recorder {
   }
   ~Recorder() {
     Sent sent = take_sent_bytes();
-    if (t_inner || std::uncaught_exceptions()) return;
+    if (t_inner || t_probe || std::uncaught_exceptions()) return;
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
     stats_record(coll_, size_, bytes_in_, sent, algo, dt, skip_ ? &*skip_ : nullptr);
   }
@@ -205,13 +211,14 @@ void reject(MPI_Comm comm, Coll coll) {
   agree(comm, s);
 }
 
-void allreduce(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
+namespace {
+
+void allreduce_call(MPI_Comm comm, const void* x, void* y, const CollArgs& a, std::optional<Skip>& skip) {
   CommInfo ci(comm);
   const Config cfg = config();
   CallScope scope(cfg, comm);
-  std::optional<Skip> skip;
   Signature sig = signature(Coll::allreduce, a, ci, cfg, comm, skip);
-  Recorder rec(Coll::allreduce, ci, a.count * dtype_size(a.dtype), skip);
+  Recorder rec(Coll::allreduce, ci, bytes_in(Coll::allreduce, a, ci.size), skip);
   const float scale = a.avg ? 1.f / float(ci.size) : 1.f;
   Engine& e = engine_of(a);
   const size_t bytes = a.count * dtype_size(a.dtype);
@@ -256,13 +263,12 @@ void allreduce(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   if (is_lossless(T.wire.id)) check_frames(comm, ci, damage);
 }
 
-void reduce_scatter(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
+void reduce_scatter_call(MPI_Comm comm, const void* x, void* y, const CollArgs& a, std::optional<Skip>& skip) {
   CommInfo ci(comm);
   const Config cfg = config();
   CallScope scope(cfg, comm);
-  std::optional<Skip> skip;
   Signature sig = signature(Coll::reduce_scatter, a, ci, cfg, comm, skip);
-  Recorder rec(Coll::reduce_scatter, ci, a.count * ci.size * dtype_size(a.dtype), skip);
+  Recorder rec(Coll::reduce_scatter, ci, bytes_in(Coll::reduce_scatter, a, ci.size), skip);
   const float scale = a.avg ? 1.f / float(ci.size) : 1.f;
   Engine& e = engine_of(a);
   // The data rides along with the agreement when small, and on two ranks at any size (each
@@ -307,13 +313,12 @@ void reduce_scatter(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   if (is_lossless(T.wire.id)) check_frames(comm, ci, damage);
 }
 
-void allgather(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
+void allgather_call(MPI_Comm comm, const void* x, void* y, const CollArgs& a, std::optional<Skip>& skip) {
   CommInfo ci(comm);
   const Config cfg = config();
   CallScope scope(cfg, comm);
-  std::optional<Skip> skip;
   Signature sig = signature(Coll::allgather, a, ci, cfg, comm, skip);
-  Recorder rec(Coll::allgather, ci, a.count * dtype_size(a.dtype), skip);
+  Recorder rec(Coll::allgather, ci, bytes_in(Coll::allgather, a, ci.size), skip);
   // The blocks ride along with the agreement, each received straight into place, when small
   // and on two ranks at any size (there it is MPI's own exchange). Bytes, whatever the dtype.
   const size_t block = a.count * dtype_size(a.dtype);
@@ -346,6 +351,44 @@ void allgather(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
         .finish();
   }
   if (is_lossless(T.wire.id)) check_frames(comm, ci, damage);
+}
+
+using Call = void (*)(MPI_Comm, const void*, void*, const CollArgs&, std::optional<Skip>&);
+
+// A call, and with codec "auto" what follows it on every rank (adaptive.h): the measurement
+// after a communicator's first call of its kind, the check for drift.
+void run(Coll coll, Call call, MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
+  std::optional<Skip> skip;
+  if (!a.adaptive) return call(comm, x, y, a, skip);
+  if (a.engine)  // the Python layer refuses it first (mpicomp.auto)
+    throw Error(ErrorKind::backend, "codec 'auto' runs on host buffers only; name the codec for GPU buffers");
+  const auto t0 = std::chrono::steady_clock::now();
+  call(comm, x, y, a, skip);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  auto_after(comm, coll, a, x, bytes_in(coll, a, CommInfo(comm).size), skip, seconds,
+             [&](const CollArgs& p, const void* px, void* py) {
+               std::optional<Skip> unused;
+               t_probe = true;
+               try {
+                 call(comm, px, py, p, unused);
+               } catch (...) {
+                 t_probe = false;
+                 throw;
+               }
+               t_probe = false;
+             });
+}
+
+}  // namespace
+
+void allreduce(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
+  run(Coll::allreduce, allreduce_call, comm, x, y, a);
+}
+void reduce_scatter(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
+  run(Coll::reduce_scatter, reduce_scatter_call, comm, x, y, a);
+}
+void allgather(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
+  run(Coll::allgather, allgather_call, comm, x, y, a);
 }
 
 void collective(Coll coll, MPI_Comm comm, const void* x, void* y, const CollArgs& a) {

@@ -46,6 +46,10 @@ struct Config {
   // MPI_COMM_WORLD with the same r / K form a node (emulated nodes, block placement). Read
   // when a communicator is first used: its layout is fixed from then on (topology.h).
   size_t ranks_per_node = 0;
+  // Codec "auto" measures a communicator again when its calls drift from the times it
+  // measured, at most this often (seconds); 0: never again (adaptive.h). Agreed (the
+  // longest of the ranks').
+  double auto_reprobe_s = 60;
 };
 
 Config config();

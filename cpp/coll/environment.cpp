@@ -20,7 +20,8 @@ constexpr std::string_view kKnown[] = {
     "MPICOMP_DTYPES", "MPICOMP_ERROR_FEEDBACK", "MPICOMP_RESIDUAL_BYTES",
     // mpicomp.config (and the interposer's counterparts)
     "MPICOMP_MIN_BYTES", "MPICOMP_EAGER_BYTES", "MPICOMP_SEGMENT_BYTES", "MPICOMP_CACHE_BYTES",
-    "MPICOMP_CODEC_THREADS", "MPICOMP_RANKS_PER_NODE", "MPICOMP_HIERARCHY", "MPICOMP_TIMEOUT", "MPICOMP_SKIP_LOCAL",
+    "MPICOMP_CODEC_THREADS", "MPICOMP_RANKS_PER_NODE", "MPICOMP_HIERARCHY", "MPICOMP_TIMEOUT", "MPICOMP_AUTO_REPROBE",
+    "MPICOMP_SKIP_LOCAL",
     "MPICOMP_VERBOSE", "MPICOMP_STATS",
     // refused with its own message (renamed)
     "MPICOMP_COMPRESS_LOCAL",
@@ -75,6 +76,7 @@ const std::vector<SettingRule>& setting_rules() {
       {"ranks_per_node", "MPICOMP_RANKS_PER_NODE", K::count, 0, 0x1p24},
       {"hierarchy", "MPICOMP_HIERARCHY", K::hierarchy, 0, 1},
       {"timeout_s", "MPICOMP_TIMEOUT", K::seconds, 0, 1e9},
+      {"auto_reprobe_s", "MPICOMP_AUTO_REPROBE", K::seconds, 0, 1e9},
       {"skip_local", "MPICOMP_SKIP_LOCAL", K::flag, 0, 1},
       {"verbose", "MPICOMP_VERBOSE", K::flag, 0, 1},
       {"stats", "MPICOMP_STATS", K::flag, 0, 1},
@@ -116,7 +118,7 @@ bool read_environment(std::vector<SettingValue>& out, std::string& error) {
       case SettingKind::seconds:
         value.seconds = std::strtod(v, &end);
         ok = *v && !*end && !errno && value.seconds >= r.lo && value.seconds <= r.hi;
-        expected = "a number of seconds in [0, 1e9] (0: no limit)";
+        expected = "a number of seconds in [0, 1e9]";
         break;
       case SettingKind::flag:
         ok = text == "0" || text == "1";

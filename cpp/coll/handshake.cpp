@@ -234,7 +234,7 @@ size_t accum_size(DType t) { return (t == DType::f16 || t == DType::bf16) ? 4 : 
 std::string describe(const Signature& s) {
   if (s.invalid) return "rejected its own arguments";
   std::string d = std::string(coll_name(s.coll)) + " of " + std::to_string(s.count) + " " + dtype_name(s.dtype) +
-                  " with codec " + codec_name(s.codec);
+                  " with codec " + (s.adaptive ? "auto:" : "") + codec_name(s.codec);
   if (is_blockwise(s.codec)) d += " (block " + std::to_string(s.block) + ")";
   if (s.wire != s.codec) d += " sent as " + std::string(codec_name(s.wire));
   if (s.segment) d += " in segments of " + std::to_string(s.segment) + " bytes";

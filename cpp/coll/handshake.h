@@ -27,9 +27,11 @@ struct Signature {
   uint8_t eager = 0;    // data rides along with the agreement
   uint8_t invalid = 0;  // this rank rejected its own arguments
   uint8_t flat = 0;     // Config::hierarchy is flat (topology.h: the layout itself is agreed when it is made)
+  uint8_t adaptive = 0; // codec "auto", `codec` where it pays (adaptive.h)
   bool operator==(const Signature& o) const {
-    return count == o.count && segment == o.segment && block == o.block && coll == o.coll && codec == o.codec && wire == o.wire &&
-           dtype == o.dtype && avg == o.avg && eager == o.eager && flat == o.flat && !invalid && !o.invalid;
+    return count == o.count && segment == o.segment && block == o.block && coll == o.coll && codec == o.codec &&
+           wire == o.wire && dtype == o.dtype && avg == o.avg && eager == o.eager && flat == o.flat &&
+           adaptive == o.adaptive && !invalid && !o.invalid;
   }
 };
 

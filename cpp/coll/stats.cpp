@@ -21,6 +21,9 @@ const char* why(Skip s) {
     case Skip::single_rank: return "the communicator has one rank";
     case Skip::local: return "all ranks share one node and skip_local is set (mpicomp.config.skip_local, "
                              "MPICOMP_SKIP_LOCAL)";
+    case Skip::auto_probe: return "auto: first call of its kind on this communicator, measured after it";
+    case Skip::auto_small: return "auto: below break-even";
+    case Skip::auto_link: return "auto: link faster than codec";
     case Skip::off: return "no codec set for this collective (MPICOMP_CODEC)";
     case Skip::datatype: return "the datatype is not a floating-point type mpicomp compresses";
     case Skip::op: return "the op is not MPI_SUM";
@@ -33,8 +36,8 @@ const char* why(Skip s) {
 }  // namespace
 
 const char* skip_name(Skip s) {
-  static const char* names[kSkips] = {"none", "small", "one_rank", "local", "off", "datatype", "op", "intercomm",
-                                      "threads"};
+  static const char* names[kSkips] = {"none",      "small", "one_rank", "local", "auto_probe", "auto_small",
+                                      "auto_link", "off",   "datatype", "op",    "intercomm",  "threads"};
   return int(s) < kSkips ? names[int(s)] : "?";
 }
 
@@ -83,6 +86,12 @@ void stats_record(Coll coll, int size, size_t bytes_in, Sent sent, Algo algo, do
     }
   }
   if (skip && *skip != Skip::codec_none) notice_skip(coll, *skip, bytes_in);
+}
+
+void stats_probe(Coll coll, double seconds) {
+  std::lock_guard<std::mutex> g(g_mutex);
+  g_stats.coll[int(coll)].probes += 1;
+  g_stats.coll[int(coll)].probe_seconds += seconds;
 }
 
 Stats stats() {

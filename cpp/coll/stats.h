@@ -14,13 +14,16 @@
 
 namespace mpicomp {
 
-// Why a call travelled uncompressed. The first four are the core's decisions; the rest are
+// Why a call travelled uncompressed. The first seven are the core's decisions; the rest are
 // the interposer's, for calls it hands to the MPI library without reaching the core.
 enum class Skip : uint8_t {
   codec_none,   // the codec asked for is "none"
   small,        // input below Config::min_bytes
   single_rank,  // a communicator of one rank: nothing to send
   local,        // all ranks share one node and Config::skip_local is set
+  auto_probe,   // codec "auto": the communicator's first call of its kind, after which it is measured (adaptive.h)
+  auto_small,   // codec "auto": below the size from which compression wins on this communicator
+  auto_link,    // codec "auto": compression wins at no size here (the link is faster than the codec)
   off,          // interposer: no codec set for this collective (MPICOMP_CODEC unset or off)
   datatype,     // interposer: not MPI_FLOAT / MPI_DOUBLE / 16-bit float, or mixed send/receive types
   op,           // interposer: an op other than MPI_SUM
@@ -52,6 +55,7 @@ struct CollStats {
   double seconds = 0;     // inside the collective, this rank
   double skipped[kSkips] = {};
   double algorithm[kAlgos] = {};  // calls per Algo
+  double probes = 0, probe_seconds = 0;  // codec "auto"'s measurements (adaptive.h), and their time
 };
 
 struct Stats {
@@ -73,6 +77,8 @@ void stats_record(Coll coll, int size, size_t bytes_in, Sent sent, Algo algo, do
 // The bytes an uncompressed call of `coll` sends per rank: (size - 1) / size of the data per
 // stage (two stages for allreduce, one for reduce_scatter; allgather's data is size parts).
 size_t uncompressed_wire_bytes(Coll coll, int size, size_t bytes_in);
+// One measurement of codec "auto" for coll, which took `seconds`.
+void stats_probe(Coll coll, double seconds);
 Stats stats();
 // The bytes_wire and bytes_plain of the calls recorded on this thread so far: a layer that
 // counts its traffic by purpose (mpicomp.torch.traffic) reads them around its own calls.

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "../codecs/parallel.h"
+#include "../coll/adaptive.h"
 #include "../coll/coll.h"
 #include "../coll/config.h"
 #include "../coll/deadline.h"
@@ -84,7 +85,7 @@ struct Decision {
 
 Decision pass(Skip why) { return Decision{std::nullopt, why}; }
 
-Decision decide(Coll coll, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm) {
+Decision decide(Coll coll, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm, bool nonblocking = false) {
   const auto& codec = g_settings.codec[int(coll)];
   DType t;
   int inter = 0;
@@ -98,14 +99,25 @@ Decision decide(Coll coll, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm
   // MPI_OP_NULL included, goes to MPI, which sums it or raises its own error.
   if (coll != Coll::allgather && op != MPI_SUM) return pass(Skip::op);
   if (!float_type(dt, t) || !(g_settings.dtypes & Settings::dtype_bit(t))) return pass(Skip::datatype);
-  if (count <= 0 || size_t(count) * dtype_size(t) < g_settings.min_bytes) return pass(Skip::small);
+  const bool adaptive = g_settings.adaptive[int(coll)];
+  if (count <= 0 || (!adaptive && size_t(count) * dtype_size(t) < g_settings.min_bytes)) return pass(Skip::small);
   // Every rank reaches this with the same arguments, so all ask (a collective on the
   // communicator's first use) and all decide alike.
   if (g_settings.skip_local && node_local(comm)) return pass(Skip::local);
   CollArgs a;
   a.spec = *codec;
+  a.adaptive = adaptive;
   a.dtype = t;
   a.count = size_t(count);
+  // Codec "auto" decides from a model every rank holds alike, with the private duplicate the
+  // core runs on: where it says not to compress, the call is MPI's own, untouched. Its first
+  // call of a kind goes to the core, which measures the model after it (coll/adaptive.h;
+  // only the calls the core runs are watched for drift). Non-blocking calls decide on the
+  // worker, which owns their duplicate's model.
+  if (adaptive && !nonblocking)
+    if (auto why = auto_decision(private_comm(comm, 0), coll, a, bytes_in(coll, a, comm_size(comm)));
+        why && *why != Skip::auto_probe)
+      return pass(*why);
   return Decision{a, Skip::off};
 }
 
@@ -209,7 +221,7 @@ int allgather(const void* x, MPI_Count sc, MPI_Datatype st, void* y, MPI_Count r
 template <class F>
 int iallreduce(const void* x, void* y, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm, MPI_Request* req,
                F&& mpi) {
-  auto d = decide(Coll::allreduce, count, dt, op, comm);
+  auto d = decide(Coll::allreduce, count, dt, op, comm, true);
   if (d.refused) return refuse(comm);
   if (d.args && !g_threads) d = pass(Skip::threads);
   if (!d.args)  // the request completes later: counted at its start, without a time
@@ -236,7 +248,8 @@ void announce() {
                                                 {Coll::allgather, "MPI_Allgather"}};
   for (auto& [c, name] : colls) {
     const auto& spec = g_settings.codec[int(c)];
-    what += std::string(what.empty() ? "" : ", ") + name + " " + (spec ? codec_name(spec->id) : "off");
+    what += std::string(what.empty() ? "" : ", ") + name + " " + (g_settings.adaptive[int(c)] ? "auto:" : "") +
+            (spec ? codec_name(spec->id) : "off");
   }
   std::fprintf(stderr,
                "mpicomp (LD_PRELOAD): %s; MPI_SUM of %s (MPICOMP_DTYPES) from %zu bytes; skip_local=%d, "
@@ -268,7 +281,8 @@ void on_init() {
   }
   // No eager path: it only pays in thread-multiple programs, below min_bytes anyway.
   set_config(Config{g_settings.min_bytes, 0, g_settings.segment_bytes, g_settings.skip_local, g_settings.verbose,
-                    g_settings.timeout_s, g_settings.cache_bytes, g_settings.hierarchy, g_settings.ranks_per_node});
+                    g_settings.timeout_s, g_settings.cache_bytes, g_settings.hierarchy, g_settings.ranks_per_node,
+                    g_settings.auto_reprobe_s});
   set_codec_threads(int(g_settings.codec_threads));
   g_active = true;
   announce();

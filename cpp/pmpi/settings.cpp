@@ -10,17 +10,18 @@
 namespace mpicomp::pmpi {
 namespace {
 
-// "int4", "int4:block=128" or "blosc:cname=zstd": mpicomp.codec()'s grammar and rules
-// (codecs/spec.h), for the codecs of host memory.
-bool parse_spec(const std::string& text, Spec& spec, std::string& why) {
-  std::string name;
+// "int4", "int4:block=128", "blosc:cname=zstd" or "auto:int4": mpicomp.codec()'s grammar and
+// rules (codecs/spec.h), for the codecs of host memory.
+bool parse_spec(const std::string& text, Spec& spec, bool& adaptive, std::string& why) {
+  std::string name, inner;
   SpecOptions options, in_force;
-  if (!split_spec(text, name, options, why)) return false;
+  adaptive = split_auto(text, inner);
+  if (!split_spec(adaptive ? inner : text, name, options, why)) return false;
   if (!wire_spec(name, options, spec, in_force, why)) {
     if (why.rfind("unknown codec", 0) == 0) {
       why += " (codecs: ";
       for (int i = 0; i < kHostCodecs; ++i) why += std::string(codec_name(CodecId(i))) + ", ";
-      why += "lossless, or off)";
+      why += "lossless, auto, auto:<codec>, or off)";
     }
     return false;
   }
@@ -31,16 +32,17 @@ bool parse_spec(const std::string& text, Spec& spec, std::string& why) {
   return true;
 }
 
-bool read_codec(const char* var, std::optional<Spec>& out, std::string& error) {
+bool read_codec(const char* var, std::optional<Spec>& out, bool& adaptive, std::string& error) {
   const char* v = std::getenv(var);
   if (!v) return true;
   std::string text(v), why;
   if (text == "off" || text.empty()) {
     out.reset();
+    adaptive = false;
     return true;
   }
   Spec s;
-  if (!parse_spec(text, s, why)) {
+  if (!parse_spec(text, s, adaptive, why)) {
     error = std::string(var) + "=" + text + ": " + why;
     return false;
   }
@@ -75,13 +77,15 @@ bool read_dtypes(const char* var, unsigned& out, std::string& error) {
 
 bool read_settings(Settings& s, std::string& error) {
   std::optional<Spec> all;
-  if (!read_codec("MPICOMP_CODEC", all, error)) return false;
+  bool all_adaptive = false;
+  if (!read_codec("MPICOMP_CODEC", all, all_adaptive, error)) return false;
   const std::pair<Coll, const char*> overrides[] = {{Coll::allreduce, "MPICOMP_ALLREDUCE_CODEC"},
                                                     {Coll::reduce_scatter, "MPICOMP_REDUCE_SCATTER_CODEC"},
                                                     {Coll::allgather, "MPICOMP_ALLGATHER_CODEC"}};
   for (auto& [coll, var] : overrides) {
     s.codec[int(coll)] = all;
-    if (!read_codec(var, s.codec[int(coll)], error)) return false;
+    s.adaptive[int(coll)] = all_adaptive;
+    if (!read_codec(var, s.codec[int(coll)], s.adaptive[int(coll)], error)) return false;
   }
   // The settings every way in shares (coll/environment.h); eager_bytes is checked, not used:
   // the interposer has no eager path (interpose.cpp).
@@ -97,6 +101,7 @@ bool read_settings(Settings& s, std::string& error) {
     else if (name == "ranks_per_node") s.ranks_per_node = v.integer;
     else if (name == "hierarchy") s.hierarchy = Hierarchy(v.integer);
     else if (name == "timeout_s") s.timeout_s = v.seconds;
+    else if (name == "auto_reprobe_s") s.auto_reprobe_s = v.seconds;
     else if (name == "skip_local") s.skip_local = v.integer;
     else if (name == "verbose") s.verbose = v.integer;
     else if (name == "stats") s.stats = v.integer;

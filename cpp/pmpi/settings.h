@@ -13,6 +13,7 @@ namespace mpicomp::pmpi {
 
 struct Settings {
   std::optional<Spec> codec[5];  // per Coll (index = Coll value); empty: pass through
+  bool adaptive[5] = {};         // per Coll: codec "auto", `codec` where it pays (coll/adaptive.h)
   size_t min_bytes = 64 * 1024;  // smaller calls pass through
   size_t segment_bytes = 1 << 19;
   bool error_feedback = false;   // keyed by (communicator, receive buffer, count)
@@ -25,6 +26,7 @@ struct Settings {
   Hierarchy hierarchy = Hierarchy::automatic;  // MPICOMP_HIERARCHY: auto or flat (config.h)
   size_t ranks_per_node = 0;     // MPICOMP_RANKS_PER_NODE: 0, the MPI library's nodes (topology.h)
   size_t codec_threads = 0;      // codec work's threads (codecs/parallel.h); 0: the default
+  double auto_reprobe_s = 60;    // Config::auto_reprobe_s
   // Datatypes compressed, one bit per DType: by default the ones gradients come in; doubles
   // (norms, metrics, scientific fields) stay exact unless MPICOMP_DTYPES names them.
   unsigned dtypes = dtype_bit(DType::f32) | dtype_bit(DType::f16) | dtype_bit(DType::bf16);

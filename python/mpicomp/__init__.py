@@ -10,7 +10,7 @@ import importlib.metadata
 # mpi4py loads libmpi and calls MPI_Init first; the extension then uses that same library.
 from mpi4py import MPI  # noqa: F401
 
-from . import _core, powersgd
+from . import _core, auto, powersgd
 from ._comm import set_timeout, timeout_of
 from .codecs import Codec, available_codecs, codec
 from .collectives import (Request, allgather, allreduce, iallgather, iallreduce, ireduce_scatter, recv,
@@ -28,7 +28,7 @@ __all__ = [
     "Codec", "codec", "available_codecs",
     "allreduce", "reduce_scatter", "allgather", "iallreduce", "ireduce_scatter", "iallgather", "Request", "send",
     "recv",
-    "ErrorFeedback", "powersgd", "config", "set_timeout", "timeout_of", "node_comms", "node_layout", "NodeLayout", "stats",
+    "ErrorFeedback", "powersgd", "auto", "config", "set_timeout", "timeout_of", "node_comms", "node_layout", "NodeLayout", "stats",
     "reset_stats", "stats_table",
     "MpicompError", "CodecError", "ShapeMismatchError", "BackendError", "ArgumentError", "CommTimeoutError",
     "CheckpointError", "RankFailedError",

@@ -41,6 +41,7 @@ class Codec:
     host_only = False  # whether it runs on host arrays only
     exact = False  # decodes to its input (none, lossless): no error feedback to keep
     wire = True  # a message format every collective sends; False: an allreduce algorithm (powersgd)
+    adaptive = False  # codec "auto" (mpicomp.auto): this codec or none, by size, as measured
 
     def __init__(self, **options):
         # Read-only: codecs are shared (codec() caches them by spec), and an option changed
@@ -64,6 +65,11 @@ class Codec:
 
     def __repr__(self):
         return f"mpicomp.codec({self.spec!r})"
+
+    @property
+    def call_id(self):
+        """The codec as the core's collectives take it: its id, with "auto"'s bit."""
+        return self.id | _core.AUTO_BIT if self.adaptive else self.id
 
     def __eq__(self, other):
         return isinstance(other, Codec) and (self.name, self.options) == (other.name, other.options)
@@ -436,8 +442,14 @@ def codec(spec="none", **options):
     if isinstance(spec, Codec):
         name, opts = spec.name, {**spec.options, **options}
     elif isinstance(spec, str):
-        name, pairs = _core.split_codec_spec(spec)
-        opts = {k: _parse_value(v) for k, v in pairs}
+        for name, split in _SPLITS.items():
+            inner = split(spec)
+            if inner is not None:  # "auto:int4:block=128": one option, the wrapped codec's spec
+                opts = {"codec": inner}
+                break
+        else:
+            name, pairs = _core.split_codec_spec(spec)
+            opts = {k: _parse_value(v) for k, v in pairs}
         opts.update(options)
     else:
         raise CodecError(f"codec must be a spec string or an mpicomp.Codec, got {type(spec).__name__}")
@@ -451,6 +463,16 @@ def codec(spec="none", **options):
     if not options and isinstance(spec, str):
         _CACHE[spec] = c
     return c
+
+
+_SPLITS = {}  # {name: split(spec) -> the spec it wraps, or None}: codecs over other codecs
+
+
+def register_codec(cls, split):
+    """Makes codec() build cls (a codec over another codec: mpicomp.auto) for the specs
+    split(spec) accepts, passing what it returns as option ``codec``."""
+    _CODECS[cls.name] = cls
+    _SPLITS[cls.name] = split
 
 
 def cached(spec):

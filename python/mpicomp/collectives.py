@@ -16,7 +16,7 @@ from ._buffers import array_info, collective_args, is_torch
 from ._calls import ALLGATHER, ALLREDUCE, NAMES, REDUCE_SCATTER, avg_of, spec_args, tell_others
 from ._dtypes import name_of
 from .codecs import Codec, cached, codec_from_environment, wire_codec
-from .errors import ArgumentError, BackendError, CommTimeoutError, MpicompError
+from .errors import ArgumentError, BackendError, CodecError, CommTimeoutError, MpicompError
 from .feedback import ErrorFeedback
 from .stats import thread_bytes
 
@@ -80,7 +80,7 @@ def _prepare(coll, comm, x, codec, out, error_feedback, op, out_mode, tell=None)
 def _run(coll, pcomm, xptr, yptr, count, dt, c, avg, rptr, stream):
     """The C++ collective on host buffers, or on GPU buffers on the given stream. count: of
     x's elements for allreduce and allgather, of out's for reduce_scatter."""
-    args = (coll, pcomm, xptr, yptr, count, dt, c.id, c.block, avg, rptr)
+    args = (coll, pcomm, xptr, yptr, count, dt, c.call_id, c.block, avg, rptr)
     if stream is None:
         _core.collective(*args)
     else:
@@ -138,7 +138,7 @@ def _numpy(coll, comm, x, codec, out, op, c=None):
         pcomm, c, avg = spec_args(coll, comm, codec, op, on_device=False)
     else:
         pcomm = ctx.comm
-    return _core.numpy_collective(coll, pcomm, x, out, c.id, c.block, avg)
+    return _core.numpy_collective(coll, pcomm, x, out, c.call_id, c.block, avg)
 
 
 def allreduce(x, comm=MPI.COMM_WORLD, codec=None, op="sum", out=None, error_feedback=None):
@@ -289,6 +289,9 @@ def iallgather(x, comm=MPI.COMM_WORLD, codec=None, out=None, error_feedback=None
 def _p2p_args(buf, codec, name, comm, peer, peer_name):
     _comm.checked(comm)
     c = wire_codec(codec, "send" if name == "x" else "recv")
+    if c.adaptive:  # no collective step to measure or agree in: both ends name the codec
+        raise CodecError(f"{'send' if name == 'x' else 'recv'}: codec 'auto' applies to collectives; name the codec "
+                         f"both ends use, e.g. {c.inner.spec!r}")
     ptr, n, dt = array_info(buf, name)
     c.check_dtype(name_of(dt), name)
     c.check_memory(False)

@@ -68,6 +68,10 @@ attribute          environment variable        meaning
                                                (emulated nodes, block placement). A
                                                communicator's layout is fixed at its first
                                                mpicomp call. Default 0.
+``auto_reprobe_s`` ``MPICOMP_AUTO_REPROBE``    codec "auto" (mpicomp.auto) measures a
+                                               communicator again when its calls run 1.5x
+                                               slower (or faster) than it measured, at most
+                                               this often: seconds. 0: never. Default 60.
 ``codec_threads``  ``MPICOMP_CODEC_THREADS``   threads that share one call's encoding and
                                                decoding (every host codec; results
                                                identical whatever the count). Set 0 for the default:
@@ -94,7 +98,7 @@ __all__ = ["config"]
 
 # The core's Config fields, in get_config()'s order, and the codecs' own setting.
 _FIELDS = ("min_bytes", "eager_bytes", "segment_bytes", "skip_local", "verbose", "timeout_s", "cache_bytes",
-           "hierarchy", "ranks_per_node")
+           "hierarchy", "ranks_per_node", "auto_reprobe_s")
 _SETTINGS = _FIELDS + ("codec_threads",)
 _HIERARCHY = ("auto", "flat")  # the core's Hierarchy values, in order
 # {setting: (variable, kind, lo, hi)}: the core's table (cpp/coll/environment.h), by which
@@ -127,8 +131,8 @@ class _Config:
             value = int(value)
         if kind == "seconds":
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
-                raise ArgumentError(f"mpicomp.config.{name} must be a number of seconds in [{lo}, {hi:g}] "
-                                    f"(0: no limit), got {value!r}")
+                raise ArgumentError(f"mpicomp.config.{name} must be a number of seconds in [{lo}, {hi:g}], "
+                                    f"got {value!r}")
             value = float(value)
         elif not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
             raise ArgumentError(f"mpicomp.config.{name} must be an integer in [{lo}, {hi}], got {value!r}")

@@ -17,7 +17,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from .. import _core, allgather, allreduce, config, node_layout, reduce_scatter
+from .. import _core, allgather, allreduce, auto, config, node_layout, reduce_scatter, stats
 from . import bound, inputs, report
 from .options import COLLECTIVE_PEERS, iterations, iterations_note
 
@@ -187,11 +187,16 @@ def run(args, comm=MPI.COMM_WORLD):
                            max_rel_error=None)
                 if kind == "mpicomp":
                     c = what[0]
-                    compressed = c.id != 0 and nbytes >= config.min_bytes and p > 1 and not skip_local
+                    # One more call, counted: whether this size travels compressed (min_bytes,
+                    # skip_local, codec "auto"'s decision), and the result -c checks.
+                    config.hierarchy = hierarchy
+                    before = stats()[op.name]["compressed"]
+                    op.run(x[0], y, c, comm)
+                    compressed = stats()[op.name]["compressed"] > before
                     rec["ratio"] = inputs.ratio(c, x[1], args.dtype) if compressed else 1.0
+                    if c.adaptive:
+                        rec["auto_break_even"] = auto.model(comm, op.name, args.dtype, c)["break_even"]
                     if args.validation:
-                        config.hierarchy = hierarchy
-                        op.run(x[0], y, c, comm)
                         if os.environ.get("MPICOMP_BENCH_CORRUPT") == "1":
                             y.reshape(-1)[0] += 1.0
                         diff = np.abs(inputs.as_float64(y) - exact)

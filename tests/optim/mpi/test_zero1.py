@@ -48,6 +48,22 @@ def test_matches_single_process_optimizer_on_mean_gradient(cls, kwargs):
         assert_same_on_all_ranks(model)
 
 
+def test_auto_codecs_train_as_the_single_process_optimizer():
+    # Lossless codecs: compressed or not, as measured, the values are the exact ones.
+    model, ref = toy_model(), toy_model()
+    opt = ZeRO1(model.parameters(), torch.optim.AdamW, grad_codec="auto:lz4", param_codec="auto:lz4", lr=1e-2)
+    ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    mpicomp.reset_stats()
+    for step in range(3):
+        zero1_step(model, opt, step)
+        reference_step(ref, ref_opt, step)
+        for p, q in zip(model.parameters(), ref.parameters()):
+            torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+        assert_same_on_all_ranks(model)
+    if N > 1:
+        assert mpicomp.stats()["reduce_scatter"]["probes"] == mpicomp.stats()["allgather"]["probes"] == 1
+
+
 def test_param_groups_and_lr_scheduler():
     model, ref = toy_model(), toy_model()
 

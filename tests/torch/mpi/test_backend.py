@@ -176,6 +176,24 @@ def test_ddp_trains_as_with_gloo(groups):
         torch.testing.assert_close(b, a, rtol=tol, atol=tol)
 
 
+def test_ddp_with_codec_auto_trains_as_with_gloo(groups):
+    """codec "auto" through the backend, lossless: the values are exact whichever way each
+    bucket goes, and the first bucket's allreduce measured the link."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    auto = dist.new_group(backend="mpicomp", pg_options=mt.backend_options(codec="auto:lz4"))
+    mpicomp.reset_stats()
+    runs = []
+    for g in (groups[0], auto):
+        model = DDP(_model(), process_group=g)
+        runs.append(_train(model, torch.optim.SGD(model.parameters(), lr=0.1)))
+    tol = 0 if N <= 2 else 1e-6
+    torch.testing.assert_close(torch.tensor(runs[1]), torch.tensor(runs[0]), rtol=tol, atol=tol)
+    if N > 1:
+        assert mpicomp.stats()["allreduce"]["probes"] >= 1
+    dist.destroy_process_group(auto)
+
+
 def test_fsdp2_trains_as_with_gloo(groups):
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.fsdp import fully_shard

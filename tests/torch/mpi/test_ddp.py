@@ -31,7 +31,7 @@ def ddp(model, group=None):
     return torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.0005, process_group=group)
 
 
-@pytest.mark.parametrize("codec", ["none", "lz4"])
+@pytest.mark.parametrize("codec", ["none", "lz4", "auto:lz4"])
 def test_exact_hook_matches_plain_ddp(gloo, codec):
     mpicomp.config.min_bytes = 0  # lz4 even on these small buckets
     mesh = mt.Mesh(dp=N)

@@ -1,0 +1,264 @@
+#include "adaptive.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <tuple>
+
+#include "config.h"
+#include "deadline.h"
+#include "mpi_util.h"
+
+namespace mpicomp {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Sizes probed, by 2x (a break-even falls between two neighbours, and the model is linear
+// between them): from where every path is latency bound to where the wire's bandwidth sets
+// the time on any link (1 Gbit/s: a few ms).
+constexpr size_t kFirstProbe = 1024, kLastProbe = size_t(4) << 20;
+// Each size's time per call is that of a batch of calls back to back, as OSU's benchmarks and
+// a training loop run them (one call timed alone would count the previous call's tail on a
+// slower rank), after a barrier; the faster of kRounds batches (another process's burst, a
+// first call's allocations do not count).
+constexpr int kRounds = 2;
+// A batch lasts about kBatchSeconds by the last size's times (more calls where they are
+// short and noisy), within [kMinBatch, kMaxBatch]; larger sizes are probed while the whole
+// probe's expected time stays below kProbeBudget. Both follow from agreed times, so every
+// rank makes the same calls.
+constexpr double kBatchSeconds = 2e-3, kProbeBudget = 0.5;
+constexpr int kMinBatch = 2, kMaxBatch = 32;
+
+struct Entry {
+  AutoModel model;
+  int probes = 0;
+  Clock::time_point measured;
+  int calls = 0;                // since the last check
+  double lo = kInf, hi = 0;     // the fastest and slowest call since then, as a ratio of the model's time
+};
+using Key = std::tuple<int, int, int, uint32_t>;  // coll, dtype, codec, block
+using Cache = std::map<Key, Entry>;
+
+int free_cache(MPI_Comm, int, void* value, void*) {
+  delete static_cast<Cache*>(value);
+  return MPI_SUCCESS;
+}
+
+Cache& cache_of(MPI_Comm comm) {
+  static Keyval key(free_cache);
+  void* value = nullptr;
+  int found = 0;
+  mpi_check(PMPI_Comm_get_attr(comm, key.get(), &value, &found), "MPI_Comm_get_attr");
+  if (found) return *static_cast<Cache*>(value);
+  auto* c = new Cache;
+  mpi_check(PMPI_Comm_set_attr(comm, key.get(), c), "MPI_Comm_set_attr");
+  return *c;
+}
+
+Key key_of(Coll coll, DType t, Spec s) { return {int(coll), int(t), int(s.id), s.block}; }
+
+// v, elementwise, the same on every rank: op's reduction over ranks (MPI_MAX, MPI_MIN).
+void agree_values(MPI_Comm comm, double* v, int n, MPI_Op op) {
+  CallScope scope(config(), comm);
+  mpi_collective("MPI_Allreduce",
+                 [&](mpic::Requests* rs) { mpic::allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, op, comm, rs); });
+}
+
+// Linear through (x0, y0) and (x1, y1), at x.
+double line(double x0, double y0, double x1, double y1, double x) {
+  return x1 == x0 ? y1 : y0 + (y1 - y0) * (x - x0) / (x1 - x0);
+}
+
+std::string size_text(double b) {
+  char s[32];
+  if (b < 1024) std::snprintf(s, sizeof s, "%.0f B", b);
+  else if (b < 1 << 20) std::snprintf(s, sizeof s, "%.1f KiB", b / 1024);
+  else std::snprintf(s, sizeof s, "%.1f MiB", b / (1 << 20));
+  return s;
+}
+
+void announce(MPI_Comm comm, Coll coll, const CollArgs& a, const AutoModel& m, double seconds, int probes) {
+  int rank = 0, size = 0;
+  PMPI_Comm_rank(comm, &rank);
+  PMPI_Comm_size(comm, &size);
+  if (!config().verbose || rank != 0) return;
+  std::fprintf(stderr, "mpicomp: auto, %s of %s on %d ranks: %s (%s %s to %s both ways in %.2f s)\n", coll_name(coll),
+               dtype_name(a.dtype), size, m.describe(codec_name(a.spec.id)).c_str(),
+               probes > 1 ? "re-measured" : "measured", size_text(m.bytes.front()).c_str(),
+               size_text(m.bytes.back()).c_str(), seconds);
+  std::fflush(stderr);
+}
+
+// Times the collective both ways at sizes from kFirstProbe up, on x's bytes tiled to size.
+AutoModel measure(MPI_Comm comm, Coll coll, const CollArgs& a, const void* x, size_t bytes_in, const ProbeRun& run) {
+  const CommInfo ci(comm);
+  const size_t dts = dtype_size(a.dtype);
+  const size_t unit = dts * (coll == Coll::reduce_scatter ? size_t(ci.size) : 1);  // bytes_in per count
+  const size_t out_blocks = coll == Coll::allgather ? size_t(ci.size) : 1;
+  AutoModel m;
+  std::vector<char> in, out;
+  int batch = kMaxBatch;
+  double spent = 0;  // the probe's time so far, by the agreed times
+  for (size_t s = kFirstProbe; s <= kLastProbe; s *= 2) {
+    CollArgs p = a;
+    p.adaptive = false;
+    p.avg = false;
+    p.residual = nullptr;
+    p.count = std::max<size_t>(1, s / unit);
+    const size_t in_bytes = p.count * unit;
+    in.resize(in_bytes);
+    out.resize(p.count * dts * out_blocks);
+    for (size_t at = 0; at < in_bytes && bytes_in; at += bytes_in)
+      std::memcpy(in.data() + at, x, std::min(bytes_in, in_bytes - at));
+    double best[2] = {kInf, kInf};  // uncompressed, compressed
+    for (int r = 0; r < kRounds; ++r)
+      for (int packed = 0; packed < 2; ++packed) {
+        p.spec = packed ? a.spec : Spec{};
+        if (r == 0) run(p, in.data(), out.data());  // its first call at this size allocates
+        {
+          CallScope scope(config(), comm);
+          mpi_collective("MPI_Barrier", [&](mpic::Requests* rs) {
+            mpi_check(rs ? PMPI_Ibarrier(comm, mpic::add(rs)) : PMPI_Barrier(comm), "MPI_Barrier");
+          });
+        }
+        const auto t0 = Clock::now();
+        for (int k = 0; k < batch; ++k) run(p, in.data(), out.data());
+        best[packed] = std::min(best[packed], std::chrono::duration<double>(Clock::now() - t0).count() / batch);
+      }
+    agree_values(comm, best, 2, MPI_MAX);  // a collective ends with its slowest rank
+    m.bytes.push_back(double(in_bytes));
+    m.plain.push_back(best[0]);
+    m.packed.push_back(best[1]);
+    spent += (kRounds * batch + 1) * (best[0] + best[1]);
+    const double next = 2 * (best[0] + best[1]);  // one call of each at twice the size
+    batch = int(std::clamp(kBatchSeconds / next, double(kMinBatch), double(kMaxBatch)));
+    if (m.bytes.size() >= 2 && spent + (kRounds * batch + 1) * next > kProbeBudget) break;
+  }
+  return m;
+}
+
+void probe(MPI_Comm comm, Coll coll, const CollArgs& a, const void* x, size_t bytes_in, const ProbeRun& run, Entry& e) {
+  const auto t0 = Clock::now();
+  e.model = measure(comm, coll, a, x, bytes_in, run);
+  e.measured = Clock::now();
+  e.probes += 1;
+  e.calls = 0;
+  e.lo = kInf;
+  e.hi = 0;
+  const double seconds = std::chrono::duration<double>(e.measured - t0).count();
+  stats_probe(coll, seconds);
+  announce(comm, coll, a, e.model, seconds, e.probes);
+}
+
+}  // namespace
+
+double AutoModel::predict(bool compressed, double b) const {
+  const std::vector<double>& t = compressed ? packed : plain;
+  const size_t n = bytes.size();
+  if (b <= bytes[0] || n == 1) return t[0];
+  for (size_t i = 1; i < n; ++i)
+    if (b <= bytes[i]) return line(bytes[i - 1], t[i - 1], bytes[i], t[i], b);
+  const double slope = std::max(0.0, (t[n - 1] - t[n - 2]) / (bytes[n - 1] - bytes[n - 2]));
+  return t[n - 1] + slope * (b - bytes[n - 1]);
+}
+
+std::optional<Skip> AutoModel::decide(double b) const {
+  if (predict(true, b) < predict(false, b)) return std::nullopt;
+  // Below a size where compressing wins, or where it would win at every size from some on
+  // (the codec's time per byte below the wire's)?
+  const size_t n = bytes.size();
+  for (size_t i = 0; i < n; ++i)
+    if (bytes[i] > b && packed[i] < plain[i]) return Skip::auto_small;
+  const bool gains = n >= 2 && (packed[n - 1] - packed[n - 2]) < (plain[n - 1] - plain[n - 2]);
+  return gains ? Skip::auto_small : Skip::auto_link;
+}
+
+double AutoModel::break_even() const {
+  // The difference plain - packed is linear between points and beyond the last: its first
+  // rise above zero.
+  auto gain = [&](double b) { return predict(false, b) - predict(true, b); };
+  if (gain(bytes[0]) > 0) return 0;
+  for (size_t i = 1; i < bytes.size(); ++i)
+    if (gain(bytes[i]) > 0) {
+      const double g0 = gain(bytes[i - 1]), g1 = gain(bytes[i]);
+      return bytes[i - 1] + (bytes[i] - bytes[i - 1]) * (-g0) / (g1 - g0);
+    }
+  const double last = bytes.back(), g = gain(last), slope = gain(2 * last) - g;
+  return slope > 0 ? last * (1 - g / slope) : kInf;
+}
+
+std::string AutoModel::describe(const char* codec) const {
+  const double b = break_even();
+  if (std::isinf(b)) return std::string("never compresses: the link is faster than ") + codec;
+  return std::string(codec) + (b == 0 ? " at every size" : " from " + size_text(b));
+}
+
+std::optional<Skip> auto_decision(MPI_Comm comm, Coll coll, const CollArgs& a, size_t bytes_in) {
+  Cache& c = cache_of(comm);
+  auto it = c.find(key_of(coll, a.dtype, a.spec));
+  if (it == c.end()) return bytes_in ? std::optional<Skip>(Skip::auto_probe) : std::optional<Skip>(Skip::auto_small);
+  return it->second.model.decide(double(bytes_in));
+}
+
+void auto_after(MPI_Comm comm, Coll coll, const CollArgs& a, const void* x, size_t bytes_in, std::optional<Skip> skip,
+                double seconds, const ProbeRun& run) {
+  const bool decided = !skip || *skip == Skip::auto_small || *skip == Skip::auto_link;
+  if (skip == Skip::auto_probe)
+    return probe(comm, coll, a, x, bytes_in, run, cache_of(comm)[key_of(coll, a.dtype, a.spec)]);
+  if (!decided) return;  // one rank, skip_local: no choice was made
+  Entry& e = cache_of(comm).at(key_of(coll, a.dtype, a.spec));
+  const double predicted = e.model.predict(!skip, double(bytes_in));
+  if (predicted >= kDriftFloor) {  // the same calls on every rank: the model and sizes are
+    e.lo = std::min(e.lo, seconds / predicted);
+    e.hi = std::max(e.hi, seconds / predicted);
+  }
+  if (++e.calls < kCheckCalls) return;
+  // Agreed: the least drift any rank saw either way (none without a call to judge by), the
+  // longest time since the last probe, and the longest re-probe interval any rank is
+  // configured with (0: never).
+  const bool judged = e.hi > 0;
+  const double every = config().auto_reprobe_s;
+  double v[4] = {judged ? e.lo : 1, judged ? -e.hi : -1,
+                 -std::chrono::duration<double>(Clock::now() - e.measured).count(), -(every > 0 ? every : kInf)};
+  agree_values(comm, v, 4, MPI_MIN);
+  e.calls = 0;
+  e.lo = kInf;
+  e.hi = 0;
+  const bool drift = v[0] > kDrift || -v[1] < 1 / kDrift;
+  if (drift && -v[2] >= -v[3]) probe(comm, coll, a, x, bytes_in, run, e);
+}
+
+std::optional<AutoModel> auto_model(MPI_Comm comm, Coll coll, DType t, Spec codec, int* probes) {
+  Cache& c = cache_of(comm);
+  auto it = c.find(key_of(coll, t, codec));
+  if (it == c.end()) return std::nullopt;
+  if (probes) *probes = it->second.probes;
+  return it->second.model;
+}
+
+void auto_install(MPI_Comm comm, Coll coll, DType t, Spec codec, AutoModel mine) {
+  // Every rank's count of sizes, -1 for a rank whose own model is malformed: all raise alike.
+  const size_t n = mine.bytes.size();
+  const double mine_n = n && mine.plain.size() == n && mine.packed.size() == n ? double(n) : -1;
+  double len[2] = {mine_n, -mine_n};
+  agree_values(comm, len, 2, MPI_MIN);
+  if (len[0] != -len[1] || len[0] < 1)
+    throw Error(ErrorKind::shape_mismatch, "an installed auto model needs the same number of sizes (at least one), "
+                                           "with both times at each, on every rank");
+  for (std::vector<double>* v : {&mine.bytes, &mine.plain, &mine.packed})
+    agree_values(comm, v->data(), int(n), MPI_MAX);
+  Entry& e = cache_of(comm)[key_of(coll, t, codec)];
+  e.model = mine;
+  e.measured = Clock::now();
+  e.calls = 0;
+  e.lo = kInf;
+  e.hi = 0;
+}
+
+}  // namespace mpicomp

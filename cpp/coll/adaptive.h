@@ -1,0 +1,71 @@
+// Layer 2: codec "auto" (CollArgs::adaptive). Compression pays on slow links and costs on
+// fast ones, by a margin that depends on the size: so each call is compressed or not by its
+// size, from times measured on its own communicator. On the first "auto" call of a
+// communicator for a (collective, dtype, codec), after that call, every rank times the
+// collective itself both ways (uncompressed, and with the codec) at sizes from 1 KiB up, on
+// the caller's own data tiled to size; the slowest rank's times are agreed, so all ranks hold
+// the same model and take the same decisions without talking. Timing the real call rather
+// than the link and the codec apart measures everything a model would have to guess (the
+// pipeline's overlap, the eager path, two levels on nodes, cache effects).
+//
+// Every kCheckCalls calls the ranks compare the calls' times with the model's: when even the
+// fastest call of every rank ran kDrift times slower (or every call faster) than predicted
+// (of the calls predicted to take kDriftFloor or more),
+// and Config::auto_reprobe_s has passed since the last probe, they measure again (another
+// job on the card, congestion). A rank that waits for a late peer sees a slow call, but the
+// late rank does not: skew between ranks alone does not re-probe.
+#pragma once
+#include <mpi.h>
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "coll.h"
+#include "stats.h"
+
+namespace mpicomp {
+
+// A collective's time both ways at increasing sizes (bytes_in as stats_record counts them:
+// allreduce input, reduce_scatter all parts, allgather this rank's part).
+struct AutoModel {
+  std::vector<double> bytes, plain, packed;  // seconds uncompressed and compressed at each size
+  // Predicted seconds at b bytes: piecewise linear through the points, the first point's below
+  // it, the last two points' slope above the last (the bandwidth-bound regime).
+  double predict(bool compressed, double b) const;
+  // nullopt: compress a call of b bytes; else why not (Skip::auto_small below a size from
+  // which compressing wins, Skip::auto_link where it wins at no larger size either).
+  std::optional<Skip> decide(double b) const;
+  // The smallest size from which compression wins (infinity: never), for people to read.
+  double break_even() const;
+  // "int8 from 3.2 KiB" or "never: the link is faster than int8".
+  std::string describe(const char* codec) const;
+};
+
+// Calls between checks for drift, the drift that re-probes, and the predicted time below
+// which calls are not judged (latency bound, their microseconds noisy).
+constexpr int kCheckCalls = 32;
+constexpr double kDrift = 1.5, kDriftFloor = 100e-6;
+
+// The decision for a call of `bytes_in` bytes: nullopt (compress), Skip::auto_small /
+// auto_link, or Skip::auto_probe when this communicator has no model for it yet. Local.
+std::optional<Skip> auto_decision(MPI_Comm comm, Coll coll, const CollArgs& a, size_t bytes_in);
+
+// Runs a collective of coll on host buffers with the given args, compressed as they say
+// (args.spec none: uncompressed) whatever min_bytes says, and not counted in the statistics.
+using ProbeRun = std::function<void(const CollArgs&, const void* x, void* y)>;
+
+// After an "auto" call that returned on every rank (collective: every rank makes the same
+// calls): measures the model when the call had none, else records its time, and every
+// kCheckCalls calls checks for drift (and re-measures). x: the call's input, the probe's data.
+void auto_after(MPI_Comm comm, Coll coll, const CollArgs& a, const void* x, size_t bytes_in,
+                std::optional<Skip> skip, double seconds, const ProbeRun& run);
+
+// The model comm holds for (coll, dtype, codec), if any, and how often it was measured.
+std::optional<AutoModel> auto_model(MPI_Comm comm, Coll coll, DType t, Spec codec, int* probes = nullptr);
+// Installs a model given by each rank (a saved one; tests): the ranks' times are agreed as a
+// probe's are (the slowest rank's), and it counts as measured now. Collective.
+void auto_install(MPI_Comm comm, Coll coll, DType t, Spec codec, AutoModel mine);
+
+}  // namespace mpicomp

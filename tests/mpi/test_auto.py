@@ -1,0 +1,157 @@
+"""Codec "auto" across ranks: it measures once per communicator and kind of call, every rank
+takes the same decision from agreed numbers, the results are those of the path it chose, and
+re-measuring follows drift, at most as often as configured. Runs in every rank."""
+import time
+
+import numpy as np
+import pytest
+
+import mpicomp
+from mpicomp import _core
+from mpicomp._dtypes import DTYPE_IDS
+
+from _mpiutil import WORLD, allreduce_bound
+
+ALLREDUCE = _core.COLL_IDS["allreduce"]
+INT8 = mpicomp.codec("int8")
+SIZES = [1024.0, 16384.0, 262144.0]
+
+pytestmark = pytest.mark.skipif(WORLD.size == 1, reason="a communicator of one rank sends nothing: no choice")
+
+
+@pytest.fixture
+def comm():
+    c = WORLD.Dup()  # a model of its own
+    yield c
+    c.Free()
+
+
+def install(comm, plain, packed, sizes=SIZES):
+    """Gives comm's private duplicate (where allreduce runs) the model plain/packed."""
+    mpicomp.allreduce(np.ones(1, np.float32), comm=comm, codec="none")  # makes the duplicate
+    pcomm = mpicomp._comm.private(comm)
+    _core.auto_install(pcomm, ALLREDUCE, DTYPE_IDS["float32"], INT8.id, INT8.block, sizes, plain, packed)
+    return pcomm
+
+
+def counts(coll="allreduce"):
+    s = mpicomp.stats()[coll]
+    return s["compressed"], dict(s["skipped"]), s["probes"]
+
+
+def every_rank_has(comm, value):
+    values = comm.allgather(value)
+    return all(v == values[0] for v in values)
+
+
+@pytest.mark.parametrize("coll", ["allreduce", "reduce_scatter", "allgather"])
+def test_first_call_measures_then_each_size_goes_as_the_model_says(comm, coll):
+    mpicomp.reset_stats()
+    rng = np.random.default_rng(comm.rank)
+    fn = getattr(mpicomp, coll)
+    fn(rng.standard_normal(comm.size * 64).astype(np.float32), comm=comm, codec="auto")
+    assert counts(coll) == (0, {"auto_probe": 1}, 1)
+    m = mpicomp.auto.model(comm, coll)
+    assert m["probes"] == 1 and len(m["bytes"]) >= 2 and every_rank_has(comm, m)
+    sizes = [comm.size * 2**k for k in (8, 12, 16, 19)]  # elements
+    nbytes = [4 * n // (1 if coll == "reduce_scatter" else comm.size if coll == "allgather" else 1) for n in sizes]
+    _, decisions = _core.auto_evaluate(m["bytes"], m["plain"], m["packed"], [float(b) for b in nbytes])
+    for n, decision in zip(sizes, decisions):
+        k = n // comm.size if coll == "allgather" else n
+        xs = [np.random.default_rng(r).standard_normal(k).astype(np.float32) for r in range(comm.size)]
+        before = counts(coll)
+        y = fn(xs[comm.rank], comm=comm, codec="auto")
+        after = counts(coll)
+        if decision == "compress":
+            assert after[0] == before[0] + 1, (n, decision, after)
+        else:
+            assert after[1].get(decision, 0) == before[1].get(decision, 0) + 1, (n, decision, after)
+        exact = {"allreduce": lambda: np.sum(xs, axis=0, dtype=np.float64),
+                 "reduce_scatter": lambda: np.sum(xs, axis=0, dtype=np.float64).reshape(comm.size, -1)[comm.rank],
+                 "allgather": lambda: np.concatenate(xs).astype(np.float64)}[coll]()
+        if decision == "compress":
+            bound = (allreduce_bound(comm, INT8, xs[comm.rank].astype(np.float64), True, False, "float32")[1]
+                     if coll == "allreduce" else 0.05 * comm.size * np.abs(exact).max())
+            assert np.all(np.abs(y - exact) <= bound), (coll, n)
+        else:
+            np.testing.assert_allclose(y, exact, rtol=1e-5, atol=1e-5)
+    assert counts(coll)[2] == 1  # measured once
+
+
+def test_every_rank_takes_the_same_decision_from_different_measurements(comm):
+    # Each rank measured its own times (rank r's compressed ones 1 + r times slower): the
+    # slowest rank's are agreed, so the model and every decision are the same everywhere.
+    r = comm.rank
+    plain = [10e-6, 40e-6, 400e-6]
+    packed = [t * f * (1 + r) for t, f in zip(plain, (3.0, 0.9 / comm.size, 0.5 / comm.size))]
+    install(comm, plain, packed)
+    m = mpicomp.auto.model(comm)
+    assert every_rank_has(comm, m)
+    slowest = [t * f * comm.size for t, f in zip(plain, (3.0, 0.9 / comm.size, 0.5 / comm.size))]
+    np.testing.assert_allclose(m["packed"], slowest)
+    mpicomp.reset_stats()
+    for n in (256, 4096, 65536):
+        mpicomp.allreduce(np.ones(n, np.float32), comm=comm, codec="auto")
+    assert every_rank_has(comm, counts()[:2])
+    assert counts()[:2] == (2, {"auto_small": 1})
+
+
+def test_installing_a_malformed_model_fails_on_every_rank(comm):
+    sizes = SIZES if comm.rank else SIZES[:2]
+    with pytest.raises(mpicomp.ShapeMismatchError, match="same number of sizes"):
+        install(comm, [1.0] * 3, [1.0] * 3, sizes=sizes)
+    install(comm, [1.0] * 3, [2.0] * 3)  # the communicator stays usable
+
+
+def drifting_calls(comm, reprobe_s, calls=64, late=0.0, n=1024):
+    """calls allreduces of n elements (rank 0 arriving `late` seconds after the others);
+    returns how often the model was measured again."""
+    mpicomp.config.auto_reprobe_s = reprobe_s
+    try:
+        x = np.ones(n, np.float32)
+        time.sleep(0.02)  # the interval since the last measurement, for reprobe_s = 0.01
+        before = counts()[2]
+        for _ in range(calls):
+            if comm.rank == 0 and late:
+                time.sleep(late)
+            mpicomp.allreduce(x, comm=comm, codec="auto")
+        return counts()[2] - before
+    finally:
+        mpicomp.config.auto_reprobe_s = 60.0
+
+
+def test_calls_slower_than_measured_measure_again_at_most_as_configured(comm):
+    # "Measured" on a link that has since become slow: 4 MiB in 100 us (40 GB/s).
+    install(comm, [100e-6] * 3, [200e-6] * 3)
+    big = 1 << 20
+    assert drifting_calls(comm, reprobe_s=3600, n=big) == 0  # drifted, but measured less than an hour ago
+    assert drifting_calls(comm, reprobe_s=0, n=big) == 0  # 0: never again
+    assert drifting_calls(comm, reprobe_s=0.01, n=big) == 1  # then the real times replace the model...
+    assert mpicomp.auto.model(comm)["plain"][-1] > 200e-6
+    assert drifting_calls(comm, reprobe_s=0.01, n=big) == 0  # ...which the calls then match
+
+
+def test_latency_bound_calls_are_not_judged(comm):
+    install(comm, [1e-9] * 3, [2e-9] * 3)  # 4 KiB calls take microseconds, not a nanosecond: noise
+    assert drifting_calls(comm, reprobe_s=0.01) == 0
+
+
+def test_calls_faster_than_measured_measure_again(comm):
+    install(comm, [0.1] * 3, [0.2] * 3)  # a congested link that has since cleared
+    assert drifting_calls(comm, reprobe_s=0.01, calls=32) == 1
+
+
+def test_a_late_rank_alone_does_not_measure_again(comm):
+    # The others wait 0.15 s for rank 0 in each call, 1.5x the model's 0.1 s, but rank 0's own
+    # calls run at the link's speed: that is skew between ranks, not a slower link.
+    install(comm, [0.1] * 3, [0.2] * 3)
+    assert drifting_calls(comm, reprobe_s=0.01, calls=32, late=0.15) == 0
+
+
+def test_nonblocking_calls_measure_on_their_own_communicator(comm):
+    x = np.random.default_rng(comm.rank).standard_normal(4096).astype(np.float32)
+    exact, bound = allreduce_bound(comm, INT8, x.astype(np.float64), True, False, "float32")
+    for _ in range(3):
+        y = mpicomp.iallreduce(x, comm=comm, codec="auto").wait()
+        assert np.all(np.abs(y - exact) <= bound)
+    assert mpicomp.auto.model(comm) is None  # the blocking calls' communicator: none made yet
