@@ -1,5 +1,6 @@
 """bench/netem: namespaces and shaping set up as asked, and always torn down."""
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -30,6 +31,25 @@ def test_shared_loopback_is_shaped_and_removed():
     assert "tbf" in r.stdout and "100Mbit" in r.stdout
     assert "link=100mbit" in r.stdout  # what benchmarks record as their link
     assert namespaces() == before
+
+
+def tc_burst(text):
+    """The bytes of `tc qdisc show`'s "burst 130000b" (or 128Kb, 4882Kb, 5Mb)."""
+    number, unit = re.search(r"burst (\d+(?:\.\d+)?)([KM]?)b", text).groups()
+    return float(number) * {"": 1, "K": 1024, "M": 1 << 20}[unit]
+
+
+@root
+def test_burst_sets_the_token_buckets_size():
+    r = netem("--rate", "10gbit", "--burst", "128K", "--", "sh", "-c",
+              'tc qdisc show dev lo; echo "link=$MPICOMP_NETEM"')
+    assert r.returncode == 0, r.stderr
+    assert "link=10gbit burst 131072" in r.stdout, r.stdout
+    assert tc_burst(r.stdout) == pytest.approx(131072, rel=0.05)  # tc keeps it in its own time units
+    r = netem("--rate", "10gbit", "--", "sh", "-c", "tc qdisc show dev lo")
+    assert tc_burst(r.stdout) == pytest.approx(5e6, rel=0.05), r.stdout  # the default: 4 ms at the rate
+    r = netem("--burst", "4K", "--", "true")
+    assert r.returncode == 2 and "bad burst" in r.stderr
 
 
 @root

@@ -255,13 +255,14 @@ if c.rank == 0:
 
 
 def test_codec_auto_measures_once_and_decides_each_call():
-    """MPICOMP_CODEC=auto:lz4: the first call goes to MPI and measures; each later one is
-    compressed or passed to MPI as the measurements say, counted under its reason, and lz4 or
-    not, the sums are MPI's exactly."""
+    """MPICOMP_CODEC=auto:lz4: the first call goes to MPI and is followed by one measurement;
+    each later one is compressed or passed to MPI as the measurements say, counted under its
+    reason, and lz4 or not, the sums are MPI's exactly."""
     r = mpiexec(2, sys.executable, "-c", AUTO_PROGRAM, MPICOMP_CODEC="auto:lz4", MPICOMP_STATS="1",
                 MPICOMP_VERBOSE="1")
     assert r.returncode == 0 and "BAD 0" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
     calls, compressed, *_, reasons = stats_rows(r.stdout)["allreduce"]
-    assert calls == 12 and reasons.get("auto_probe") == 1, reasons
-    assert compressed + reasons.get("auto_small", 0) + reasons.get("auto_link", 0) == 11, reasons
-    assert "auto, allreduce of float32 on 2 ranks: " in r.stderr and "auto:lz4" in r.stderr, r.stderr[-2000:]
+    # auto_probe: the first call, and any sent uncompressed to time that way again.
+    assert calls == 12 and reasons.get("auto_probe", 0) >= 1, reasons
+    assert compressed + sum(reasons.get(k, 0) for k in ("auto_probe", "auto_small", "auto_link")) == 12, reasons
+    assert r.stderr.count("auto, allreduce of float32 on 2 ranks: ") == 1 and "auto:lz4" in r.stderr, r.stderr[-2000:]

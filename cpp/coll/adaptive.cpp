@@ -34,14 +34,48 @@ constexpr int kRounds = 2;
 // rank makes the same calls.
 constexpr double kBatchSeconds = 2e-3, kProbeBudget = 0.5;
 constexpr int kMinBatch = 2, kMaxBatch = 32;
+// A size class whose calls all went one way goes the other way for a window, to be timed: at
+// most every kExploreNear checks when the model puts that way within kExplore of the way
+// taken, else every kExploreFar.
+constexpr double kExplore = 1.25;
+constexpr int kExploreNear = 16, kExploreFar = 256;
+
+// The calls since the last check, by size class (log2 of bytes_in from 1 KiB) and way
+// (uncompressed, compressed): what the check judges drift by and refines the model with.
+constexpr int kFirstClass = 10, kClasses = 28, kRecent = 15;
+static_assert(kCheckValues == 4 + 2 * kClasses);
+struct Window {
+  int calls = 0;
+  double due = 0;             // the model's time for them
+  double lo = kInf, hi = 0;   // the fastest and slowest, as a ratio of the model's time (judged ones)
+  double bytes[2][kClasses] = {}, count[2][kClasses] = {};
+  double recent[2][kClasses][kRecent] = {};  // the latest calls' seconds, a ring
+  // The median of the latest calls of one class one way: a stalled call (a retransmission,
+  // a preempted rank) does not move it.
+  double median(int way, int c) const {
+    const int n = int(std::min<double>(count[way][c], kRecent));
+    double t[kRecent];
+    std::copy(recent[way][c], recent[way][c] + n, t);
+    std::nth_element(t, t + n / 2, t + n);
+    return t[n / 2];
+  }
+};
 
 struct Entry {
   AutoModel model;
   int probes = 0;
   Clock::time_point measured;
-  int calls = 0;                // since the last check
-  double lo = kInf, hi = 0;     // the fastest and slowest call since then, as a ratio of the model's time
+  Window w;
+  int checks = 0;
+  int8_t explore[kClasses];  // per class: the way its calls go until the next check, to be timed (0, 1), or -1
+  int explored[kClasses] = {};  // per class: the check that last sent it the other way, or first saw it
+  bool seen[kClasses] = {};
+  Entry() { std::fill(std::begin(explore), std::end(explore), int8_t(-1)); }
 };
+
+int size_class(double bytes) {
+  return std::clamp(int(std::log2(std::max(bytes, 1.0))) - kFirstClass, 0, kClasses - 1);
+}
 using Key = std::tuple<int, int, int, uint32_t>;  // coll, dtype, codec, block
 using Cache = std::map<Key, Entry>;
 
@@ -148,9 +182,11 @@ void probe(MPI_Comm comm, Coll coll, const CollArgs& a, const void* x, size_t by
   e.model = measure(comm, coll, a, x, bytes_in, run);
   e.measured = Clock::now();
   e.probes += 1;
-  e.calls = 0;
-  e.lo = kInf;
-  e.hi = 0;
+  e.w = Window{};
+  std::fill(std::begin(e.explore), std::end(e.explore), int8_t(-1));
+  e.checks = 0;
+  std::fill(std::begin(e.explored), std::end(e.explored), 0);
+  std::fill(std::begin(e.seen), std::end(e.seen), false);
   const double seconds = std::chrono::duration<double>(e.measured - t0).count();
   stats_probe(coll, seconds);
   announce(comm, coll, a, e.model, seconds, e.probes);
@@ -193,6 +229,17 @@ double AutoModel::break_even() const {
   return slope > 0 ? last * (1 - g / slope) : kInf;
 }
 
+void AutoModel::set(bool compressed, double b, double t) {
+  size_t i = std::lower_bound(bytes.begin(), bytes.end(), b * 0.99) - bytes.begin();
+  if (i == bytes.size() || bytes[i] > b * 1.01) {  // a size of its own, the other way as predicted
+    const double other = predict(!compressed, b);
+    bytes.insert(bytes.begin() + i, b);
+    plain.insert(plain.begin() + i, compressed ? other : t);
+    packed.insert(packed.begin() + i, compressed ? t : other);
+  }
+  (compressed ? packed : plain)[i] = t;
+}
+
 std::string AutoModel::describe(const char* codec) const {
   const double b = break_even();
   if (std::isinf(b)) return std::string("never compresses: the link is faster than ") + codec;
@@ -203,35 +250,79 @@ std::optional<Skip> auto_decision(MPI_Comm comm, Coll coll, const CollArgs& a, s
   Cache& c = cache_of(comm);
   auto it = c.find(key_of(coll, a.dtype, a.spec));
   if (it == c.end()) return bytes_in ? std::optional<Skip>(Skip::auto_probe) : std::optional<Skip>(Skip::auto_small);
-  return it->second.model.decide(double(bytes_in));
+  switch (it->second.explore[size_class(double(bytes_in))]) {
+    case 0: return Skip::auto_probe;  // sent uncompressed to be timed
+    case 1: return std::nullopt;
+    default: return it->second.model.decide(double(bytes_in));
+  }
 }
 
 void auto_after(MPI_Comm comm, Coll coll, const CollArgs& a, const void* x, size_t bytes_in, std::optional<Skip> skip,
                 double seconds, const ProbeRun& run) {
-  const bool decided = !skip || *skip == Skip::auto_small || *skip == Skip::auto_link;
-  if (skip == Skip::auto_probe)
-    return probe(comm, coll, a, x, bytes_in, run, cache_of(comm)[key_of(coll, a.dtype, a.spec)]);
-  if (!decided) return;  // one rank, skip_local: no choice was made
-  Entry& e = cache_of(comm).at(key_of(coll, a.dtype, a.spec));
-  const double predicted = e.model.predict(!skip, double(bytes_in));
-  if (predicted >= kDriftFloor) {  // the same calls on every rank: the model and sizes are
-    e.lo = std::min(e.lo, seconds / predicted);
-    e.hi = std::max(e.hi, seconds / predicted);
+  Cache& cache = cache_of(comm);
+  const Key key = key_of(coll, a.dtype, a.spec);
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    if (skip == Skip::auto_probe) probe(comm, coll, a, x, bytes_in, run, cache[key]);
+    return;
   }
-  if (++e.calls < kCheckCalls) return;
+  if (skip && *skip != Skip::auto_small && *skip != Skip::auto_link && *skip != Skip::auto_probe)
+    return;  // skip_local: no choice was made
+  Entry& e = it->second;
+  Window& w = e.w;
+  const int way = skip ? 0 : 1, k = size_class(double(bytes_in));
+  const double predicted = e.model.predict(way, double(bytes_in));
+  if (predicted >= kDriftFloor) {
+    w.lo = std::min(w.lo, seconds / predicted);
+    w.hi = std::max(w.hi, seconds / predicted);
+  }
+  w.recent[way][k][int(w.count[way][k]) % kRecent] = seconds;
+  w.bytes[way][k] += double(bytes_in);
+  w.count[way][k] += 1;
+  w.due += predicted;
+  // Every rank counts the same calls with the same model: all reach the check together.
+  if (++w.calls < kMinCheckCalls || w.due < kCheckCost * e.model.predict(false, sizeof(double) * kCheckValues)) return;
   // Agreed: the least drift any rank saw either way (none without a call to judge by), the
-  // longest time since the last probe, and the longest re-probe interval any rank is
-  // configured with (0: never).
-  const bool judged = e.hi > 0;
+  // longest time since the last probe, the longest re-probe interval any rank is configured
+  // with (0: never), and each class's median time each way on the slowest rank, as a probe's.
+  const bool judged = w.hi > 0;
   const double every = config().auto_reprobe_s;
-  double v[4] = {judged ? e.lo : 1, judged ? -e.hi : -1,
-                 -std::chrono::duration<double>(Clock::now() - e.measured).count(), -(every > 0 ? every : kInf)};
-  agree_values(comm, v, 4, MPI_MIN);
-  e.calls = 0;
-  e.lo = kInf;
-  e.hi = 0;
-  const bool drift = v[0] > kDrift || -v[1] < 1 / kDrift;
-  if (drift && -v[2] >= -v[3]) probe(comm, coll, a, x, bytes_in, run, e);
+  double v[kCheckValues] = {judged ? -w.lo : -1, judged ? w.hi : 1,
+                            std::chrono::duration<double>(Clock::now() - e.measured).count(),
+                            every > 0 ? every : kInf};
+  for (int wy = 0; wy < 2; ++wy)
+    for (int c = 0; c < kClasses; ++c) v[4 + wy * kClasses + c] = w.count[wy][c] > 0 ? w.median(wy, c) : 0;
+  agree_values(comm, v, kCheckValues, MPI_MAX);
+  const bool drift = -v[0] > kDrift || v[1] < 1 / kDrift;
+  if (drift && v[2] >= v[3]) return probe(comm, coll, a, x, bytes_in, run, e);
+  // The calls' own times replace the model's at their sizes: a probe's short bursts miss what
+  // a sustained stream of calls meets (a token bucket's credit, a switch's buffers, caches).
+  for (int wy = 0; wy < 2; ++wy)
+    for (int c = 0; c < kClasses; ++c)
+      if (w.count[wy][c] > 0) e.model.set(wy, w.bytes[wy][c] / w.count[wy][c], v[4 + wy * kClasses + c]);
+  // A class whose calls all went one way has the other way's time from the probe or an older
+  // window, perhaps a misleading one (a probe's noise, a credit since spent): its calls go
+  // that way until the next check, to be timed as a stream. At most every kExploreNear
+  // checks when the model puts that way within kExplore of the way taken, else every
+  // kExploreFar: what the slower way costs, spread over that many checks' calls.
+  ++e.checks;
+  for (int c = 0; c < kClasses; ++c) {
+    e.explore[c] = -1;
+    if (!e.seen[c] && w.count[0][c] + w.count[1][c] > 0) {
+      e.seen[c] = true;
+      e.explored[c] = e.checks;
+    }
+    for (int wy = 0; wy < 2; ++wy)
+      if (w.count[wy][c] > 0 && w.count[!wy][c] == 0) {
+        const double b = w.bytes[wy][c] / w.count[wy][c];
+        const bool near = e.model.predict(!wy, b) < kExplore * e.model.predict(wy, b);
+        if (e.checks - e.explored[c] >= (near ? kExploreNear : kExploreFar)) {
+          e.explore[c] = int8_t(!wy);
+          e.explored[c] = e.checks;
+        }
+      }
+  }
+  w = Window{};
 }
 
 std::optional<AutoModel> auto_model(MPI_Comm comm, Coll coll, DType t, Spec codec, int* probes) {
@@ -256,9 +347,7 @@ void auto_install(MPI_Comm comm, Coll coll, DType t, Spec codec, AutoModel mine)
   Entry& e = cache_of(comm)[key_of(coll, t, codec)];
   e.model = mine;
   e.measured = Clock::now();
-  e.calls = 0;
-  e.lo = kInf;
-  e.hi = 0;
+  e.w = Window{};
 }
 
 }  // namespace mpicomp

@@ -10,6 +10,8 @@
 
 namespace mpicomp {
 
+enum class Skip : uint8_t;  // stats.h
+
 struct CollArgs {
   Spec spec;                   // codec as requested (below Config::min_bytes, none is used)
   bool adaptive = false;       // codec "auto": spec where it pays, by size, measured (adaptive.h); min_bytes unused
@@ -44,6 +46,10 @@ void reduce_scatter(MPI_Comm comm, const void* x, void* y, const CollArgs& a);
 void allgather(MPI_Comm comm, const void* x, void* y, const CollArgs& a);
 // One of the three above, by its Coll id (the bindings receive it as a number).
 void collective(Coll coll, MPI_Comm comm, const void* x, void* y, const CollArgs& a);
+// A codec "auto" call that the model sent uncompressed (`why`) and that the caller handed to
+// the MPI library itself (the interposer), in `seconds`: timed for the model as the core's
+// own calls are (adaptive.h). x: its input. Collective, as the call was.
+void auto_passed(Coll coll, MPI_Comm comm, const void* x, const CollArgs& a, Skip why, double seconds);
 // Point to point on the caller's communicator and tag; count elements.
 void send(MPI_Comm comm, const void* x, int dest, int tag, const CollArgs& a);
 void recv(MPI_Comm comm, void* y, int source, int tag, const CollArgs& a);

@@ -355,22 +355,19 @@ void allgather_call(MPI_Comm comm, const void* x, void* y, const CollArgs& a, st
 
 using Call = void (*)(MPI_Comm, const void*, void*, const CollArgs&, std::optional<Skip>&);
 
-// A call, and with codec "auto" what follows it on every rank (adaptive.h): the measurement
-// after a communicator's first call of its kind, the check for drift.
-void run(Coll coll, Call call, MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
-  std::optional<Skip> skip;
-  if (!a.adaptive) return call(comm, x, y, a, skip);
-  if (a.engine)  // the Python layer refuses it first (mpicomp.auto)
-    throw Error(ErrorKind::backend, "codec 'auto' runs on host buffers only; name the codec for GPU buffers");
-  const auto t0 = std::chrono::steady_clock::now();
-  call(comm, x, y, a, skip);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+Call call_of(Coll coll) {
+  return coll == Coll::allreduce ? allreduce_call : coll == Coll::reduce_scatter ? reduce_scatter_call : allgather_call;
+}
+
+// What codec "auto" follows a call with on every rank (adaptive.h): the measurement after a
+// communicator's first call of its kind, the checks; its probes call `coll` as asked.
+void after(Coll coll, MPI_Comm comm, const void* x, const CollArgs& a, std::optional<Skip> skip, double seconds) {
   auto_after(comm, coll, a, x, bytes_in(coll, a, CommInfo(comm).size), skip, seconds,
              [&](const CollArgs& p, const void* px, void* py) {
                std::optional<Skip> unused;
                t_probe = true;
                try {
-                 call(comm, px, py, p, unused);
+                 call_of(coll)(comm, px, py, p, unused);
                } catch (...) {
                  t_probe = false;
                  throw;
@@ -379,16 +376,26 @@ void run(Coll coll, Call call, MPI_Comm comm, const void* x, void* y, const Coll
              });
 }
 
+void run(Coll coll, MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
+  std::optional<Skip> skip;
+  if (!a.adaptive) return call_of(coll)(comm, x, y, a, skip);
+  if (a.engine)  // the Python layer refuses it first (mpicomp.auto)
+    throw Error(ErrorKind::backend, "codec 'auto' runs on host buffers only; name the codec for GPU buffers");
+  const auto t0 = std::chrono::steady_clock::now();
+  call_of(coll)(comm, x, y, a, skip);
+  after(coll, comm, x, a, skip, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
 }  // namespace
 
-void allreduce(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
-  run(Coll::allreduce, allreduce_call, comm, x, y, a);
-}
+void allreduce(MPI_Comm comm, const void* x, void* y, const CollArgs& a) { run(Coll::allreduce, comm, x, y, a); }
 void reduce_scatter(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
-  run(Coll::reduce_scatter, reduce_scatter_call, comm, x, y, a);
+  run(Coll::reduce_scatter, comm, x, y, a);
 }
-void allgather(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
-  run(Coll::allgather, allgather_call, comm, x, y, a);
+void allgather(MPI_Comm comm, const void* x, void* y, const CollArgs& a) { run(Coll::allgather, comm, x, y, a); }
+
+void auto_passed(Coll coll, MPI_Comm comm, const void* x, const CollArgs& a, Skip why, double seconds) {
+  after(coll, comm, x, a, why, seconds);
 }
 
 void collective(Coll coll, MPI_Comm comm, const void* x, void* y, const CollArgs& a) {

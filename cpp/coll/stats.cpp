@@ -21,7 +21,8 @@ const char* why(Skip s) {
     case Skip::single_rank: return "the communicator has one rank";
     case Skip::local: return "all ranks share one node and skip_local is set (mpicomp.config.skip_local, "
                              "MPICOMP_SKIP_LOCAL)";
-    case Skip::auto_probe: return "auto: first call of its kind on this communicator, measured after it";
+    case Skip::auto_probe: return "auto: measuring (a communicator's first call of its kind, or a call sent "
+                                  "uncompressed to time it)";
     case Skip::auto_small: return "auto: below break-even";
     case Skip::auto_link: return "auto: link faster than codec";
     case Skip::off: return "no codec set for this collective (MPICOMP_CODEC)";

@@ -21,7 +21,7 @@ enum class Skip : uint8_t {
   small,        // input below Config::min_bytes
   single_rank,  // a communicator of one rank: nothing to send
   local,        // all ranks share one node and Config::skip_local is set
-  auto_probe,   // codec "auto": the communicator's first call of its kind, after which it is measured (adaptive.h)
+  auto_probe,   // codec "auto": measuring (a first call of its kind, or one timed uncompressed; adaptive.h)
   auto_small,   // codec "auto": below the size from which compression wins on this communicator
   auto_link,    // codec "auto": compression wins at no size here (the link is faster than the codec)
   off,          // interposer: no codec set for this collective (MPICOMP_CODEC unset or off)

@@ -81,6 +81,7 @@ struct Decision {
   std::optional<CollArgs> args;
   Skip why = Skip::off;
   bool refused = false;
+  std::optional<CollArgs> timed;  // codec "auto" sent it to MPI: its time goes to the model (auto_passed)
 };
 
 Decision pass(Skip why) { return Decision{std::nullopt, why}; }
@@ -109,15 +110,14 @@ Decision decide(Coll coll, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm
   a.adaptive = adaptive;
   a.dtype = t;
   a.count = size_t(count);
-  // Codec "auto" decides from a model every rank holds alike, with the private duplicate the
-  // core runs on: where it says not to compress, the call is MPI's own, untouched. Its first
-  // call of a kind goes to the core, which measures the model after it (coll/adaptive.h;
-  // only the calls the core runs are watched for drift). Non-blocking calls decide on the
-  // worker, which owns their duplicate's model.
+  // Codec "auto" decides from a model every rank holds alike, kept with the private duplicate
+  // the core runs on: where it says not to compress, the call is MPI's own, untouched, and
+  // timed for the model as the core times its own calls (a communicator's first call of a
+  // kind measures it after; coll/adaptive.h). Non-blocking calls decide on the worker, which
+  // owns their duplicate's model.
   if (adaptive && !nonblocking)
-    if (auto why = auto_decision(private_comm(comm, 0), coll, a, bytes_in(coll, a, comm_size(comm)));
-        why && *why != Skip::auto_probe)
-      return pass(*why);
+    if (auto why = auto_decision(private_comm(comm, 0), coll, a, bytes_in(coll, a, comm_size(comm))))
+      return Decision{std::nullopt, *why, false, a};
   return Decision{a, Skip::off};
 }
 
@@ -140,16 +140,21 @@ int refuse(MPI_Comm comm) {
   return MPI_ERR_OTHER;
 }
 
-// Hands a call to the MPI library, counting it under its reason when anyone will look.
+// Hands a call to the MPI library, counting it under its reason when anyone will look, and
+// timing it for codec "auto" when d.timed (x: its input, for a probe's data).
 template <class F>
-int passthrough(Coll coll, Skip why, MPI_Comm comm, double in_bytes, F&& call) {
+int passthrough(Coll coll, const Decision& d, MPI_Comm comm, double in_bytes, F&& call, const void* x = nullptr) {
   // Two clock reads cost more than the rest of a pass-through (0.1 us of 1.5 on a VM):
-  // only when the table at MPI_Finalize or the notice will show them.
-  if (!g_settings.stats && !g_settings.verbose) return call();
+  // only when the table at MPI_Finalize, the notice or the model will use them.
+  if (!g_settings.stats && !g_settings.verbose && !d.timed) return call();
   auto t0 = std::chrono::steady_clock::now();
   int rc = call();
   double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  stats_record(coll, why == Skip::intercomm ? 1 : comm_size(comm), size_t(in_bytes), Sent{}, Algo::mpi, dt, &why);
+  if (g_settings.stats || g_settings.verbose)
+    stats_record(coll, d.why == Skip::intercomm ? 1 : comm_size(comm), size_t(in_bytes), Sent{}, Algo::mpi, dt,
+                 &d.why);
+  if (rc == MPI_SUCCESS && d.timed)
+    rc = guarded(comm, [&] { auto_passed(coll, private_comm(comm, 0), x, *d.timed, d.why, dt); });
   return rc;
 }
 
@@ -165,7 +170,8 @@ template <class F>
 int allreduce(const void* x, void* y, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm, F&& mpi) {
   auto d = decide(Coll::allreduce, count, dt, op, comm);
   if (d.refused) return refuse(comm);
-  if (!d.args) return passthrough(Coll::allreduce, d.why, comm, double(count) * type_size(dt), mpi);
+  if (!d.args)
+    return passthrough(Coll::allreduce, d, comm, double(count) * type_size(dt), mpi, x == MPI_IN_PLACE ? y : x);
   if (x == MPI_IN_PLACE) x = y;
   return guarded(comm, [&] {
     Residual r = residual(comm, y, count, d.args->count);
@@ -180,7 +186,9 @@ int reduce_scatter_block(const void* x, void* y, MPI_Count count, MPI_Datatype d
   auto d = decide(Coll::reduce_scatter, count, dt, op, comm);
   if (d.refused) return refuse(comm);
   int p = comm_size(comm);
-  if (!d.args) return passthrough(Coll::reduce_scatter, d.why, comm, double(count) * p * type_size(dt), mpi);
+  if (!d.args)
+    return passthrough(Coll::reduce_scatter, d, comm, double(count) * p * type_size(dt), mpi,
+                       x == MPI_IN_PLACE ? y : x);
   // In place: the input is the receive buffer (size * count elements).
   std::vector<char> copy;
   if (x == MPI_IN_PLACE) {
@@ -202,7 +210,7 @@ int allgather(const void* x, MPI_Count sc, MPI_Datatype st, void* y, MPI_Count r
   if (d.refused) return refuse(comm);
   if (d.args && !(x == MPI_IN_PLACE || (sc == rc && st == rt))) d = pass(Skip::datatype);
   int p = comm_size(comm);
-  if (!d.args) return passthrough(Coll::allgather, d.why, comm, double(rc) * type_size(rt), mpi);
+  if (!d.args) return passthrough(Coll::allgather, d, comm, double(rc) * type_size(rt), mpi, x == MPI_IN_PLACE ? y : x);
   std::vector<char> copy;
   if (x == MPI_IN_PLACE) {
     int r = 0;
@@ -225,7 +233,7 @@ int iallreduce(const void* x, void* y, MPI_Count count, MPI_Datatype dt, MPI_Op 
   if (d.refused) return refuse(comm);
   if (d.args && !g_threads) d = pass(Skip::threads);
   if (!d.args)  // the request completes later: counted at its start, without a time
-    return passthrough(Coll::allreduce, d.why, comm, double(count) * type_size(dt), mpi);
+    return passthrough(Coll::allreduce, d, comm, double(count) * type_size(dt), mpi);
   if (x == MPI_IN_PLACE) x = y;
   return guarded(comm, [&] {  // the worker's allreduce counts itself when it runs
     Residual r = residual(comm, y, count, d.args->count);

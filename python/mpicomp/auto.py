@@ -8,14 +8,17 @@ encodes it; on a 1 Gbit/s link every codec wins from a few KiB; on a 200 Gbit/s 
 codec is slower than the wire at every size.
 
 After a communicator's first ``auto`` call of a kind (collective, dtype, codec), which goes
-uncompressed, its ranks time that collective both ways at sizes from 1 KiB up (well under a
+uncompressed, its ranks time that collective both ways at sizes from 1 KiB up (under half a
 second; the caller's data, tiled) and agree on the slowest rank's times; every later call of
-that kind is compressed exactly where the measured compressed time is the shorter. The ranks
-re-measure when calls drift from the times measured (``config.auto_reprobe_s``). Calls sent
-uncompressed are counted in ``mpicomp.stats()`` under ``auto_small`` (below break-even) or
-``auto_link`` (the link is faster than the codec at every size); ``MPICOMP_VERBOSE=1`` prints
-each measurement's outcome. ``config.min_bytes`` does not apply: ``auto`` finds the size
-itself. Host buffers only (GPU buffers: name the codec). The mechanism: cpp/coll/adaptive.h.
+that kind is compressed exactly where the model's compressed time is the shorter. Every few
+calls the ranks exchange their calls' median times, which replace the model's at those sizes
+(a probe's bursts can miss what a stream of calls meets), and now and then send a size the
+way it did not go, to time it; they measure everything again when calls drift from the model
+(``config.auto_reprobe_s``). Calls sent uncompressed are counted in ``mpicomp.stats()`` under
+``auto_small`` (below break-even), ``auto_link`` (the link is faster than the codec at every
+size) or ``auto_probe`` (measuring); ``MPICOMP_VERBOSE=1`` prints each measurement's outcome.
+``config.min_bytes`` does not apply: ``auto`` finds the size itself. Host buffers only (GPU
+buffers: name the codec). docs/auto.md; the mechanism: cpp/coll/adaptive.h.
 """
 
 import types
@@ -87,7 +90,8 @@ def model(comm, collective="allreduce", dtype="float32", codec_spec="auto"):
     """What ``auto`` measured on ``comm`` for a collective ("allreduce", "reduce_scatter",
     "allgather") of ``dtype`` with ``codec_spec``, or None before its first call: a dict of
     ``bytes`` (sizes, input bytes as mpicomp.stats() counts them), ``plain`` and ``packed``
-    (seconds uncompressed and compressed, the slowest rank's), ``break_even`` (bytes from
+    (seconds uncompressed and compressed, the slowest rank's: the probe's, or the calls' own
+    where they replaced it), ``break_even`` (bytes from
     which it compresses; inf: never), ``probes`` (measurements so far) and ``describe``.
     Local. Blocking calls' models: the non-blocking ones (iallreduce, ...) run on a
     communicator of their own, measured on its own."""

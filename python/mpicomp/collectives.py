@@ -153,7 +153,8 @@ def allreduce(x, comm=MPI.COMM_WORLD, codec=None, op="sum", out=None, error_feed
             ``MPICOMP_ALLREDUCE_CODEC``, else ``MPICOMP_CODEC``, else "int8" for float32 and
             16-bit x, "none" (exact) for float64 and integers. "none" uses the MPI library's own
             allreduce. Below ``config.min_bytes`` the data is sent uncompressed (counted in
-            mpicomp.stats(), like every call sent uncompressed).
+            mpicomp.stats(), like every call sent uncompressed). "auto" ("auto:int4", ...):
+            the codec where measured to pay on comm at x's size, else none (mpicomp.auto).
         op: "sum", "avg" (the sum divided by the communicator size) or MPI.SUM.
         out: optional output array like x (may be x itself: in place).
         error_feedback: an ErrorFeedback for this tensor stream (lossy codecs); with codec

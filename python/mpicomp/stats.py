@@ -3,8 +3,10 @@ wire, and for every call that travelled uncompressed, why.
 
 The codec you name is the codec applied. The exceptions are policies, each counted here
 under its reason: ``none`` (codec "none"), ``small`` (input below ``config.min_bytes``),
-``one_rank`` (a communicator of one rank) and ``local`` (all ranks on one node with
-``config.skip_local`` set). ``MPICOMP_STATS=1`` prints the table at exit (rank 0 of
+``one_rank`` (a communicator of one rank), ``local`` (all ranks on one node with
+``config.skip_local`` set), and codec "auto"'s decisions (mpicomp.auto): ``auto_probe`` (the
+first call of its kind on a communicator, measured after it), ``auto_small`` (below the size
+from which compression wins there) and ``auto_link`` (the link is faster than the codec). ``MPICOMP_STATS=1`` prints the table at exit (rank 0 of
 COMM_WORLD, its own counts); ``MPICOMP_VERBOSE=1`` prints one line the first time a call
 is not compressed for a new reason.
 
@@ -27,8 +29,9 @@ def stats():
     """Counters per collective since start (or the last reset_stats()): a dict keyed by
     "allreduce", "reduce_scatter", "allgather" and "send/recv", each a dict of ``calls``,
     ``compressed``, ``bytes_in``, ``bytes_wire``, ``bytes_plain`` (what the same calls send
-    uncompressed: bytes_plain / bytes_wire is the saving), ``seconds`` and ``skipped``
-    (reason -> uncompressed calls)."""
+    uncompressed: bytes_plain / bytes_wire is the saving), ``seconds``, ``skipped``
+    (reason -> uncompressed calls), ``probes`` and ``probe_seconds`` (codec "auto"'s
+    measurements and their time)."""
     return _core.stats()
 
 

@@ -27,7 +27,8 @@ def comm():
 
 
 def install(comm, plain, packed, sizes=SIZES):
-    """Gives comm's private duplicate (where allreduce runs) the model plain/packed."""
+    """Gives comm's private duplicate (where allreduce runs) the model plain/packed. Its
+    time for small calls sets how often the ranks check (enough of it for a check's cost)."""
     mpicomp.allreduce(np.ones(1, np.float32), comm=comm, codec="none")  # makes the duplicate
     pcomm = mpicomp._comm.private(comm)
     _core.auto_install(pcomm, ALLREDUCE, DTYPE_IDS["float32"], INT8.id, INT8.block, sizes, plain, packed)
@@ -121,14 +122,11 @@ def drifting_calls(comm, reprobe_s, calls=64, late=0.0, n=1024):
 
 
 def test_calls_slower_than_measured_measure_again_at_most_as_configured(comm):
-    # "Measured" on a link that has since become slow: 4 MiB in 100 us (40 GB/s).
-    install(comm, [100e-6] * 3, [200e-6] * 3)
     big = 1 << 20
-    assert drifting_calls(comm, reprobe_s=3600, n=big) == 0  # drifted, but measured less than an hour ago
-    assert drifting_calls(comm, reprobe_s=0, n=big) == 0  # 0: never again
-    assert drifting_calls(comm, reprobe_s=0.01, n=big) == 1  # then the real times replace the model...
-    assert mpicomp.auto.model(comm)["plain"][-1] > 200e-6
-    assert drifting_calls(comm, reprobe_s=0.01, n=big) == 0  # ...which the calls then match
+    for reprobe_s, expected in ((3600, 0), (0, 0), (0.01, 1)):  # measured less than an hour ago; never; due
+        install(comm, [1e-6, 100e-6, 100e-6], [2e-6, 200e-6, 200e-6])  # a link since become slow: 4 MiB in 100 us
+        assert drifting_calls(comm, reprobe_s=reprobe_s, n=big) == expected, reprobe_s
+    assert mpicomp.auto.model(comm)["plain"][-1] > 200e-6  # measured again: the link as it is now
 
 
 def test_latency_bound_calls_are_not_judged(comm):
@@ -137,15 +135,31 @@ def test_latency_bound_calls_are_not_judged(comm):
 
 
 def test_calls_faster_than_measured_measure_again(comm):
-    install(comm, [0.1] * 3, [0.2] * 3)  # a congested link that has since cleared
-    assert drifting_calls(comm, reprobe_s=0.01, calls=32) == 1
+    install(comm, [1e-6, 0.02, 0.02], [2e-6, 0.04, 0.04])  # a congested link that has since cleared
+    assert drifting_calls(comm, reprobe_s=0.01) == 1
 
 
 def test_a_late_rank_alone_does_not_measure_again(comm):
-    # The others wait 0.15 s for rank 0 in each call, 1.5x the model's 0.1 s, but rank 0's own
-    # calls run at the link's speed: that is skew between ranks, not a slower link.
-    install(comm, [0.1] * 3, [0.2] * 3)
-    assert drifting_calls(comm, reprobe_s=0.01, calls=32, late=0.15) == 0
+    # The others wait 0.03 s for rank 0 in each call, several times the model's 4 ms, but rank
+    # 0's own calls run at the link's speed: that is skew between ranks, not a slower link.
+    install(comm, [1e-6, 0.02, 0.02], [2e-6, 0.04, 0.04])
+    assert drifting_calls(comm, reprobe_s=0.01, late=0.03) == 0
+
+
+def test_the_calls_own_times_correct_the_model_at_their_size(comm):
+    # A probe's bursts can miss what a stream of calls meets (a token bucket's credit): here a
+    # model that says 1 MiB goes in a microsecond uncompressed, two compressed. The calls' own
+    # times replace it at 1 MiB, each way the calls went, until the faster way is the one taken.
+    install(comm, [1e-9, 1e-6, 1e-6], [2e-9, 2e-6, 2e-6])
+    assert drifting_calls(comm, reprobe_s=0, calls=200, n=1 << 18) == 0
+    m = mpicomp.auto.model(comm)
+    assert every_rank_has(comm, m)
+    at = m["bytes"].index(float(1 << 20))
+    plain, packed = m["plain"][at], m["packed"][at]
+    assert plain > 20e-6 and packed > 20e-6, m  # both ways measured by calls, neither as installed
+    mpicomp.reset_stats()
+    mpicomp.allreduce(np.ones(1 << 18, np.float32), comm=comm, codec="auto")
+    assert counts()[0] == (1 if packed < plain else 0)
 
 
 def test_nonblocking_calls_measure_on_their_own_communicator(comm):
@@ -155,3 +169,13 @@ def test_nonblocking_calls_measure_on_their_own_communicator(comm):
         y = mpicomp.iallreduce(x, comm=comm, codec="auto").wait()
         assert np.all(np.abs(y - exact) <= bound)
     assert mpicomp.auto.model(comm) is None  # the blocking calls' communicator: none made yet
+
+
+def test_a_way_not_taken_is_timed_again_now_and_then(comm):
+    # A model that says compressing takes a second (a probe gone wrong): the calls go
+    # uncompressed, and now and then a window of them goes compressed to be timed, which
+    # corrects it.
+    install(comm, [1e-9, 1e-6, 1e-6], [1.0] * 3)
+    drifting_calls(comm, reprobe_s=0, calls=2400, n=1 << 16)  # windows of 8 calls; every 256th timed
+    m = mpicomp.auto.model(comm)
+    assert m["packed"][m["bytes"].index(float(1 << 18))] < 0.1, m

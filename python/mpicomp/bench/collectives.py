@@ -212,4 +212,8 @@ def run(args, comm=MPI.COMM_WORLD):
                 rec["pct_of_bound"] = 100 * rec["bound_us"] / avg if rec["bound_us"] else None
                 records.append(rec)
             out.rows(records)
+    for c in args.codecs:
+        if c.adaptive and (m := auto.model(comm, op.name, args.dtype, c)):
+            out.note(f"{c.spec}: {m['describe']}, as measured on this communicator ({m['probes']} probe(s), "
+                     f"refined by the calls; the Ratio column shows which sizes went compressed)")
     return out.finish(failures)

@@ -120,6 +120,11 @@ class Report:
             cell += " exact" if r["max_rel_error"] == 0 else f" {r['max_rel_error']:.1e}"
         return cell
 
+    def note(self, text):
+        """A comment line after the table (rank 0)."""
+        if self.rank0:
+            print(f"# {text}", flush=True)
+
     def finish(self, failures):
         """Writes --json on rank 0; the exit status: 1 if -c found elements outside a codec's bound."""
         if self.rank0 and self.args.json:
