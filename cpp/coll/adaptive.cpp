@@ -8,6 +8,7 @@
 #include <limits>
 #include <map>
 #include <tuple>
+#include <utility>
 
 #include "config.h"
 #include "deadline.h"
@@ -246,29 +247,50 @@ std::string AutoModel::describe(const char* codec) const {
   return std::string(codec) + (b == 0 ? " at every size" : " from " + size_text(b));
 }
 
-std::optional<Skip> auto_decision(MPI_Comm comm, Coll coll, const CollArgs& a, size_t bytes_in) {
+namespace {
+
+// The entry auto_decision found, for auto_after at the end of the same call: one look-up per
+// call rather than two (a small call takes microseconds). Cleared when used.
+struct Found {
+  MPI_Comm comm = MPI_COMM_NULL;
+  Key key;
+  Entry* entry = nullptr;
+};
+thread_local Found t_found;
+
+Entry* find(MPI_Comm comm, const Key& key) {
+  Found f = std::exchange(t_found, Found{});
+  if (f.entry && f.comm == comm && f.key == key) return f.entry;
   Cache& c = cache_of(comm);
-  auto it = c.find(key_of(coll, a.dtype, a.spec));
-  if (it == c.end()) return bytes_in ? std::optional<Skip>(Skip::auto_probe) : std::optional<Skip>(Skip::auto_small);
-  switch (it->second.explore[size_class(double(bytes_in))]) {
+  auto it = c.find(key);
+  return it == c.end() ? nullptr : &it->second;
+}
+
+}  // namespace
+
+std::optional<Skip> auto_decision(MPI_Comm comm, Coll coll, const CollArgs& a, size_t bytes_in) {
+  const Key key = key_of(coll, a.dtype, a.spec);
+  Entry* e = find(comm, key);
+  t_found = Found{comm, key, e};
+  if (!e) return bytes_in ? std::optional<Skip>(Skip::auto_probe) : std::optional<Skip>(Skip::auto_small);
+  switch (e->explore[size_class(double(bytes_in))]) {
     case 0: return Skip::auto_probe;  // sent uncompressed to be timed
     case 1: return std::nullopt;
-    default: return it->second.model.decide(double(bytes_in));
+    default: return e->model.decide(double(bytes_in));
   }
 }
 
 void auto_after(MPI_Comm comm, Coll coll, const CollArgs& a, const void* x, size_t bytes_in, std::optional<Skip> skip,
                 double seconds, const ProbeRun& run) {
-  Cache& cache = cache_of(comm);
   const Key key = key_of(coll, a.dtype, a.spec);
-  auto it = cache.find(key);
-  if (it == cache.end()) {
-    if (skip == Skip::auto_probe) probe(comm, coll, a, x, bytes_in, run, cache[key]);
+  Entry* found = find(comm, key);
+  if (!found) {
+    if (skip == Skip::auto_probe) probe(comm, coll, a, x, bytes_in, run, cache_of(comm)[key]);
     return;
   }
   if (skip && *skip != Skip::auto_small && *skip != Skip::auto_link && *skip != Skip::auto_probe)
     return;  // skip_local: no choice was made
-  Entry& e = it->second;
+  Entry& e = *found;
   Window& w = e.w;
   const int way = skip ? 0 : 1, k = size_class(double(bytes_in));
   const double predicted = e.model.predict(way, double(bytes_in));

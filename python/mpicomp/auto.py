@@ -52,6 +52,7 @@ class AutoCodec(Codec):
             raise CodecError(f"codec 'auto' may use a host wire codec, not {inner.spec!r}")
         self.inner = inner
         self.id, self.block, self.exact = inner.id, inner.block, inner.exact
+        self.call_id = inner.id | _core.AUTO_BIT
         self.options = types.MappingProxyType({"codec": inner.spec})
 
     @property

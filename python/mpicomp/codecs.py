@@ -48,6 +48,7 @@ class Codec:
         # after its check would reach the kernels unchecked.
         self.block, options = self._in_force(options)
         self.options = types.MappingProxyType(options)
+        self.call_id = self.id  # the codec as the core's collectives take it (mpicomp.auto adds its bit)
 
     def _in_force(self, options):
         """(block as the core takes it, the options with the defaults filled in), checked."""
@@ -66,10 +67,6 @@ class Codec:
     def __repr__(self):
         return f"mpicomp.codec({self.spec!r})"
 
-    @property
-    def call_id(self):
-        """The codec as the core's collectives take it: its id, with "auto"'s bit."""
-        return self.id | _core.AUTO_BIT if self.adaptive else self.id
 
     def __eq__(self, other):
         return isinstance(other, Codec) and (self.name, self.options) == (other.name, other.options)

@@ -4,10 +4,11 @@ wire, and for every call that travelled uncompressed, why.
 The codec you name is the codec applied. The exceptions are policies, each counted here
 under its reason: ``none`` (codec "none"), ``small`` (input below ``config.min_bytes``),
 ``one_rank`` (a communicator of one rank), ``local`` (all ranks on one node with
-``config.skip_local`` set), and codec "auto"'s decisions (mpicomp.auto): ``auto_probe`` (the
-first call of its kind on a communicator, measured after it), ``auto_small`` (below the size
-from which compression wins there) and ``auto_link`` (the link is faster than the codec). ``MPICOMP_STATS=1`` prints the table at exit (rank 0 of
-COMM_WORLD, its own counts); ``MPICOMP_VERBOSE=1`` prints one line the first time a call
+``config.skip_local`` set), and codec "auto"'s decisions (mpicomp.auto): ``auto_probe``
+(measuring: a communicator's first call of its kind, or a call sent uncompressed to time
+that way), ``auto_small`` (below the size from which compression wins there) and
+``auto_link`` (the link is faster than the codec). ``MPICOMP_STATS=1`` prints the table at
+exit (rank 0 of COMM_WORLD, its own counts); ``MPICOMP_VERBOSE=1`` prints one line the first time a call
 is not compressed for a new reason.
 
 Bytes on the wire: for a compressed call, the payload this rank sent; for an uncompressed

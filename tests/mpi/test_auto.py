@@ -135,15 +135,15 @@ def test_latency_bound_calls_are_not_judged(comm):
 
 
 def test_calls_faster_than_measured_measure_again(comm):
-    install(comm, [1e-6, 0.02, 0.02], [2e-6, 0.04, 0.04])  # a congested link that has since cleared
+    install(comm, [1e-6, 0.2, 0.2], [2e-6, 0.4, 0.4])  # a congested link that has since cleared: 4 KiB in 40 ms
     assert drifting_calls(comm, reprobe_s=0.01) == 1
 
 
 def test_a_late_rank_alone_does_not_measure_again(comm):
-    # The others wait 0.03 s for rank 0 in each call, several times the model's 4 ms, but rank
-    # 0's own calls run at the link's speed: that is skew between ranks, not a slower link.
-    install(comm, [1e-6, 0.02, 0.02], [2e-6, 0.04, 0.04])
-    assert drifting_calls(comm, reprobe_s=0.01, late=0.03) == 0
+    # The others wait 0.05 s for rank 0 in each call, more than the model's 40 ms, but rank 0's
+    # own calls run at the link's speed: that is skew between ranks, not a faster link.
+    install(comm, [1e-6, 0.2, 0.2], [2e-6, 0.4, 0.4])
+    assert drifting_calls(comm, reprobe_s=0.01, calls=24, late=0.05) == 0
 
 
 def test_the_calls_own_times_correct_the_model_at_their_size(comm):
