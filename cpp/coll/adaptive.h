@@ -9,16 +9,18 @@
 // pipeline's overlap, the eager path, two levels on nodes, cache effects).
 //
 // Every few calls (kMinCheckCalls at least, and enough of the model's time that the check's
-// own exchange costs about 0.5% of it) the ranks compare the calls' times with the model's. When
-// even the fastest call of every rank ran kDrift times slower (or every call faster) than
-// predicted (of the calls predicted to take kDriftFloor or more), and Config::auto_reprobe_s
-// has passed since the last probe, they measure again (another job on the card, congestion).
+// own exchange costs about 0.5% of it) the ranks compare the calls' times with the model's.
+// When even the fastest call of every rank ran kDrift times slower (or every call faster)
+// than predicted (of the calls predicted to take kDriftFloor or more), and
+// Config::auto_reprobe_s has passed since the last probe, they measure again (another job on
+// the card, congestion).
 // Otherwise the calls' own times replace the model's at their sizes, each way they went: a
 // probe's short bursts miss what a stream of calls meets (a token bucket's credit, caches),
 // and a decision that a sustained stream shows wrong is corrected at the next check (each
-// class's median time, the slowest rank's, as a probe's). A rank that waits for a late peer
-// sees a slow call, but the late rank does not: drift is judged by the rank that waited
-// least, and skew between ranks alone does not re-probe.
+// class's median time, the slowest rank's, as a probe's). A size class whose calls all went
+// one way is sent the other way for a window now and then, to time that way again. A rank
+// that waits for a late peer sees a slow call, but the late rank does not: drift is judged by
+// the rank that waited least, and skew between ranks alone does not re-probe.
 #pragma once
 #include <mpi.h>
 
@@ -52,14 +54,15 @@ struct AutoModel {
 };
 
 // The fewest calls between checks; a check's values (4, then the median time of the latest
-// calls two ways in 28 size classes) and
-// the calls' predicted time it waits for, in units of its own exchange's; the drift that
-// re-probes; the predicted time below which a call is not judged (latency bound, noisy).
+// calls two ways in 28 size classes) and the calls' predicted time it waits for, in units of
+// its own exchange's; the drift that re-probes; the predicted time below which a call is not
+// judged (latency bound, noisy).
 constexpr int kMinCheckCalls = 8, kCheckValues = 4 + 2 * 28;
 constexpr double kCheckCost = 200, kDrift = 1.5, kDriftFloor = 100e-6;
 
 // The decision for a call of `bytes_in` bytes: nullopt (compress), Skip::auto_small /
-// auto_link, or Skip::auto_probe when this communicator has no model for it yet. Local.
+// auto_link, or Skip::auto_probe when this communicator has no model for it yet or the call
+// goes uncompressed to be timed. Local.
 std::optional<Skip> auto_decision(MPI_Comm comm, Coll coll, const CollArgs& a, size_t bytes_in);
 
 // Runs a collective of coll on host buffers with the given args, compressed as they say
@@ -67,8 +70,9 @@ std::optional<Skip> auto_decision(MPI_Comm comm, Coll coll, const CollArgs& a, s
 using ProbeRun = std::function<void(const CollArgs&, const void* x, void* y)>;
 
 // After an "auto" call that returned on every rank (collective: every rank makes the same
-// calls): measures the model when the call had none, else records its time, and every
-// few calls checks for drift (re-measures, or refines the model). x: the call's input, the probe's data.
+// calls): measures the model when the call had none, else records its time, and every few
+// calls checks for drift (re-measures, or refines the model). x: the call's input, the
+// probe's data.
 void auto_after(MPI_Comm comm, Coll coll, const CollArgs& a, const void* x, size_t bytes_in,
                 std::optional<Skip> skip, double seconds, const ProbeRun& run);
 
