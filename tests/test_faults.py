@@ -1,6 +1,6 @@
 """Issue 35's fault tests: a rank killed (SIGKILL) or stalled (SIGSTOP) halfway through a step of
-ZeRO1, ACCO, AMSP, DiLoCo (with and without overlap), DDP over the "mpicomp" backend, or an
-interposed MPI_Allreduce, at 2 and 3 ranks: every other rank raises a typed error within the
+ZeRO1, ACCO, AMSP, DiLoCo (with and without overlap), DDP over the "mpicomp" backend, an
+interposed MPI_Allreduce, or codec auto's measurement of a communicator, at 2 and 3 ranks: every other rank raises a typed error within the
 timeout and a few seconds, and none hangs: CommTimeoutError, or BackendError where MPI
 reports the lost rank first; through DDP, torch's RuntimeError naming that class; when
 interposed, MPI_ERR_OTHER through the communicator's error handler. Each job is started by this test
@@ -70,7 +70,7 @@ def finished(request, tmp_path_factory):
 
 @pytest.mark.parametrize("kind", ["kill", "stop"])
 @pytest.mark.parametrize("n", [2, 3])
-@pytest.mark.parametrize("case", OPTIMIZERS + ["ddp", "interposed"])
+@pytest.mark.parametrize("case", OPTIMIZERS + ["ddp", "interposed", "auto"])
 def test_the_survivors_of_a_lost_rank_raise(finished, case, n, kind):
     reports, output = finished[case, n, kind]
     victim = [r for r in reports if r["victim"]]

@@ -4,8 +4,8 @@ halfway through its next step, and every other rank writes what its steps raised
 REPORTS/rank<r>.json and leaves at once (os._exit: MPI_Finalize could wait for the lost rank).
 
 CASE is an optimizer of tests/optim/_cases.py, "ddp" (DistributedDataParallel over an "mpicomp"
-group) or "interposed" (mpi4py's Allreduce under the LD_PRELOAD library, which the test sets,
-as are MPICOMP_TIMEOUT and MPICOMP_CODEC)."""
+group), "interposed" (mpi4py's Allreduce under the LD_PRELOAD library, which the test sets,
+as are MPICOMP_TIMEOUT and MPICOMP_CODEC) or "auto" (codec auto measuring a communicator)."""
 import json
 import os
 import sys
@@ -33,6 +33,21 @@ def interposed():
     x = np.ones(1 << 20, np.float32)
     y = np.empty_like(x)
     return lambda step: comm.Allreduce(x, y)
+
+
+def auto():
+    """Each step is a communicator's first call with codec "auto", after which its ranks time
+    the collective both ways (cpp/coll/adaptive.cpp): the measurement is most of the step, so
+    the fault strikes in it."""
+    import numpy as np
+
+    import mpicomp
+
+    x = np.ones(1 << 16, np.float32)
+    comms = [WORLD.Dup() for _ in range(8)]  # the fault strikes in step 3
+    for c in comms:  # their private duplicates made here, by MPI's own untimed MPI_Comm_dup, not in a step
+        mpicomp.allreduce(x, comm=c, codec="none")
+    return lambda step: mpicomp.allreduce(x, comm=comms[step], codec="auto")
 
 
 def ddp():
@@ -72,7 +87,7 @@ def _model():
 def main(case, kind, victim, reports):
     from mpicomp import MpicompError
 
-    step = {"interposed": interposed, "ddp": ddp}.get(case, lambda: optimizer(case))()
+    step = {"interposed": interposed, "ddp": ddp, "auto": auto}.get(case, lambda: optimizer(case))()
     took = []
     for i in range(3):
         t0 = time.perf_counter()
