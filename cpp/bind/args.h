@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "../codecs/spec.h"
 #include "../coll/coll.h"
 
 namespace mpicomp {
@@ -14,10 +15,8 @@ namespace mpicomp {
 void bind_cuda(pybind11::module_& m);  // cuda.cpp: the GPU functions of the module
 #endif
 
-// A codec as Python hands it to a collective: its CodecId, plus kAutoBit for codec "auto"
-// (mpicomp.codec("auto:int4").call_id).
-constexpr int kAutoBit = 1 << 8;
-
+// A codec as Python hands it to a collective: its CodecId, plus kAutoBit (codecs/spec.h) for
+// codec "auto" (mpicomp.codec("auto:int4").call_id).
 inline CollArgs coll_args(int codec, uint32_t block, int dtype, size_t count, bool avg, uintptr_t residual) {
   CollArgs a;
   a.spec = Spec{CodecId(codec & ~kAutoBit), block};

@@ -15,6 +15,10 @@ using SpecOptions = std::vector<std::pair<std::string, std::string>>;  // (key, 
 // The codec "auto" names ("auto" alone: int8, the default codec of gradients).
 constexpr const char* kAutoDefault = "int8";
 
+// A CodecId with this bit added: codec "auto" over that codec, where a codec travels as a
+// number (the bindings' calls, the interposer's settings exchange).
+constexpr int kAutoBit = 1 << 8;
+
 // "auto" or "auto:<spec>" (e.g. "auto:int4:block=128"): codec "auto", which compresses with
 // <spec> where that pays (coll/adaptive.h). True for those, with <spec>'s text in `inner`.
 bool split_auto(const std::string& text, std::string& inner);

@@ -1,5 +1,6 @@
 #include "agree.h"
 
+#include "../codecs/spec.h"
 #include "../coll/mpi_util.h"
 
 #include <cinttypes>
@@ -18,11 +19,10 @@ struct Wire {
   uint64_t segment_bytes;
   uint32_t dtypes;
   uint32_t skip_local;
-  int32_t codec[3];  // per collective: CodecId (+ kAuto for codec "auto"), or -1 when off
+  int32_t codec[3];  // per collective: CodecId (+ kAutoBit for codec "auto"), or -1 when off
   uint32_t block[3];
 };
 
-constexpr int32_t kAuto = 1 << 8;
 constexpr Coll kColls[3] = {Coll::allreduce, Coll::reduce_scatter, Coll::allgather};
 constexpr const char* kCodecVars[3] = {"MPICOMP_CODEC / MPICOMP_ALLREDUCE_CODEC",
                                        "MPICOMP_CODEC / MPICOMP_REDUCE_SCATTER_CODEC",
@@ -36,7 +36,7 @@ Wire wire_of(const Settings& s) {
   w.skip_local = s.skip_local;
   for (int i = 0; i < 3; ++i) {
     const auto& spec = s.codec[int(kColls[i])];
-    w.codec[i] = spec ? int32_t(spec->id) | (s.adaptive[int(kColls[i])] ? kAuto : 0) : -1;
+    w.codec[i] = spec ? int32_t(spec->id) | (s.adaptive[int(kColls[i])] ? kAutoBit : 0) : -1;
     w.block[i] = spec ? spec->block : 0;
   }
   return w;
@@ -51,7 +51,8 @@ std::string dtypes_text(uint32_t bits) {
 
 std::string codec_text(int32_t id, uint32_t block) {
   if (id < 0) return "off";
-  return std::string(id & kAuto ? "auto:" : "") + codec_name(CodecId(id & ~kAuto)) + ":block=" + std::to_string(block);
+  return std::string(id & kAutoBit ? "auto:" : "") + codec_name(CodecId(id & ~kAutoBit)) + ":block=" +
+         std::to_string(block);
 }
 
 // The first setting in which `other` differs from `mine`: (variable, my value, its value).
