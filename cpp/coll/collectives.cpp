@@ -27,6 +27,18 @@ Engine& engine_of(const CollArgs& a) { return a.engine ? *a.engine : cpu_engine(
 thread_local bool t_inner = false;  // inside via_host: the outer call is the one counted
 thread_local bool t_probe = false;  // codec "auto" measuring (adaptive.h): compressed as asked, not counted
 
+// Sets one of those flags for its lifetime, whether the calls inside return or throw.
+class Inside {
+ public:
+  explicit Inside(bool& flag) : flag_(flag) { flag_ = true; }
+  ~Inside() { flag_ = false; }
+  Inside(const Inside&) = delete;
+  Inside& operator=(const Inside&) = delete;
+
+ private:
+  bool& flag_;
+};
+
 // What travels: the codec asked for, except where a policy says compression cannot pay
 // (below min_bytes, nobody to talk to, skip_local on one node, codec "auto"'s measurements);
 // `skip` says which.
@@ -114,14 +126,10 @@ void via_host(Coll coll, MPI_Comm comm, const void* x, size_t x_bytes, void* y, 
   a.engine->copy(hx, x, x_bytes, true);
   CollArgs h = a;
   h.engine = nullptr;
-  t_inner = true;
-  try {
+  {
+    Inside inner(t_inner);
     collective(coll, comm, hx, hy, h);
-  } catch (...) {
-    t_inner = false;
-    throw;
   }
-  t_inner = false;
   a.engine->copy(y, hy, y_bytes, false);
 }
 
@@ -365,14 +373,8 @@ void after(Coll coll, MPI_Comm comm, const void* x, const CollArgs& a, std::opti
   auto_after(comm, coll, a, x, bytes_in(coll, a, CommInfo(comm).size), skip, seconds,
              [&](const CollArgs& p, const void* px, void* py) {
                std::optional<Skip> unused;
-               t_probe = true;
-               try {
-                 call_of(coll)(comm, px, py, p, unused);
-               } catch (...) {
-                 t_probe = false;
-                 throw;
-               }
-               t_probe = false;
+               Inside probing(t_probe);
+               call_of(coll)(comm, px, py, p, unused);
              });
 }
 
@@ -398,13 +400,6 @@ void auto_passed(Coll coll, MPI_Comm comm, const void* x, const CollArgs& a, Ski
   after(coll, comm, x, a, why, seconds);
 }
 
-void collective(Coll coll, MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
-  if (coll == Coll::allreduce)
-    allreduce(comm, x, y, a);
-  else if (coll == Coll::reduce_scatter)
-    reduce_scatter(comm, x, y, a);
-  else
-    allgather(comm, x, y, a);
-}
+void collective(Coll coll, MPI_Comm comm, const void* x, void* y, const CollArgs& a) { run(coll, comm, x, y, a); }
 
 }  // namespace mpicomp
