@@ -62,6 +62,8 @@ struct Window {
   }
 };
 
+// What a communicator knows of one kind of call: a model, measured (or installed) at
+// `measured`, and what the calls since have taught.
 struct Entry {
   AutoModel model;
   int probes = 0;
@@ -69,9 +71,11 @@ struct Entry {
   Window w;
   int checks = 0;
   int8_t explore[kClasses];  // per class: the way its calls go until the next check, to be timed (0, 1), or -1
-  int explored[kClasses] = {};  // per class: the check that last sent it the other way, or first saw it
-  bool seen[kClasses] = {};
-  Entry() { std::fill(std::begin(explore), std::end(explore), int8_t(-1)); }
+  int explored[kClasses];    // per class: the check that last sent it the other way, or first saw it; -1: none yet
+  Entry(AutoModel m, int probes) : model(std::move(m)), probes(probes), measured(Clock::now()) {
+    std::fill(std::begin(explore), std::end(explore), int8_t(-1));
+    std::fill(std::begin(explored), std::end(explored), -1);
+  }
 };
 
 int size_class(double bytes) {
@@ -178,19 +182,15 @@ AutoModel measure(MPI_Comm comm, Coll coll, const CollArgs& a, const void* x, si
   return m;
 }
 
-void probe(MPI_Comm comm, Coll coll, const CollArgs& a, const void* x, size_t bytes_in, const ProbeRun& run, Entry& e) {
+// Measures (again: probes counts them) and keeps the model, with nothing of the old one.
+void probe(MPI_Comm comm, Coll coll, const CollArgs& a, const void* x, size_t bytes_in, const ProbeRun& run,
+           Cache& cache, int probes) {
   const auto t0 = Clock::now();
-  e.model = measure(comm, coll, a, x, bytes_in, run);
-  e.measured = Clock::now();
-  e.probes += 1;
-  e.w = Window{};
-  std::fill(std::begin(e.explore), std::end(e.explore), int8_t(-1));
-  e.checks = 0;
-  std::fill(std::begin(e.explored), std::end(e.explored), 0);
-  std::fill(std::begin(e.seen), std::end(e.seen), false);
-  const double seconds = std::chrono::duration<double>(e.measured - t0).count();
+  Entry fresh(measure(comm, coll, a, x, bytes_in, run), probes + 1);
+  const double seconds = std::chrono::duration<double>(fresh.measured - t0).count();
   stats_probe(coll, seconds);
-  announce(comm, coll, a, e.model, seconds, e.probes);
+  announce(comm, coll, a, fresh.model, seconds, fresh.probes);
+  cache.insert_or_assign(key_of(coll, a.dtype, a.spec), std::move(fresh));
 }
 
 }  // namespace
@@ -282,10 +282,9 @@ std::optional<Skip> auto_decision(MPI_Comm comm, Coll coll, const CollArgs& a, s
 
 void auto_after(MPI_Comm comm, Coll coll, const CollArgs& a, const void* x, size_t bytes_in, std::optional<Skip> skip,
                 double seconds, const ProbeRun& run) {
-  const Key key = key_of(coll, a.dtype, a.spec);
-  Entry* found = find(comm, key);
+  Entry* found = find(comm, key_of(coll, a.dtype, a.spec));
   if (!found) {
-    if (skip == Skip::auto_probe) probe(comm, coll, a, x, bytes_in, run, cache_of(comm)[key]);
+    if (skip == Skip::auto_probe) probe(comm, coll, a, x, bytes_in, run, cache_of(comm), 0);
     return;
   }
   if (skip && *skip != Skip::auto_small && *skip != Skip::auto_link && *skip != Skip::auto_probe)
@@ -316,7 +315,7 @@ void auto_after(MPI_Comm comm, Coll coll, const CollArgs& a, const void* x, size
     for (int c = 0; c < kClasses; ++c) v[4 + wy * kClasses + c] = w.count[wy][c] > 0 ? w.median(wy, c) : 0;
   agree_values(comm, v, kCheckValues, MPI_MAX);
   const bool drift = -v[0] > kDrift || v[1] < 1 / kDrift;
-  if (drift && v[2] >= v[3]) return probe(comm, coll, a, x, bytes_in, run, e);
+  if (drift && v[2] >= v[3]) return probe(comm, coll, a, x, bytes_in, run, cache_of(comm), e.probes);
   // The calls' own times replace the model's at their sizes: a probe's short bursts miss what
   // a sustained stream of calls meets (a token bucket's credit, a switch's buffers, caches).
   for (int wy = 0; wy < 2; ++wy)
@@ -330,10 +329,7 @@ void auto_after(MPI_Comm comm, Coll coll, const CollArgs& a, const void* x, size
   ++e.checks;
   for (int c = 0; c < kClasses; ++c) {
     e.explore[c] = -1;
-    if (!e.seen[c] && w.count[0][c] + w.count[1][c] > 0) {
-      e.seen[c] = true;
-      e.explored[c] = e.checks;
-    }
+    if (e.explored[c] < 0 && w.count[0][c] + w.count[1][c] > 0) e.explored[c] = e.checks;
     for (int wy = 0; wy < 2; ++wy)
       if (w.count[wy][c] > 0 && w.count[!wy][c] == 0) {
         const double b = w.bytes[wy][c] / w.count[wy][c];
@@ -366,10 +362,10 @@ void auto_install(MPI_Comm comm, Coll coll, DType t, Spec codec, AutoModel mine)
                                            "with both times at each, on every rank");
   for (std::vector<double>* v : {&mine.bytes, &mine.plain, &mine.packed})
     agree_values(comm, v->data(), int(n), MPI_MAX);
-  Entry& e = cache_of(comm)[key_of(coll, t, codec)];
-  e.model = mine;
-  e.measured = Clock::now();
-  e.w = Window{};
+  Cache& cache = cache_of(comm);
+  const Key key = key_of(coll, t, codec);
+  auto it = cache.find(key);
+  cache.insert_or_assign(key, Entry(std::move(mine), it == cache.end() ? 0 : it->second.probes));
 }
 
 }  // namespace mpicomp
