@@ -30,8 +30,8 @@ from .errors import ArgumentError, BackendError, CodecError
 
 __all__ = ["AutoCodec", "model"]
 
-DEFAULT = "int8"
-"""The codec "auto" uses when it names none: the default of gradients."""
+DEFAULT = _core.split_auto("auto")
+"""The codec "auto" uses when it names none (the core's: int8, the default of gradients)."""
 
 
 class AutoCodec(Codec):

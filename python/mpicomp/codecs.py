@@ -67,7 +67,6 @@ class Codec:
     def __repr__(self):
         return f"mpicomp.codec({self.spec!r})"
 
-
     def __eq__(self, other):
         return isinstance(other, Codec) and (self.name, self.options) == (other.name, other.options)
 
