@@ -1,8 +1,17 @@
 """What the tests need to start ranks with either MPI from PyPI: MPICH's hydra or Open MPI's
 mpiexec (prterun)."""
 import os
+import subprocess
 import sys
 from pathlib import Path
+
+MPIEXEC = str(Path(sys.executable).parent / "mpiexec")
+
+# What a launcher prints when it could not start the job at all, before any rank ran: a
+# failure of the machine, not of the code under test, so the job is started again. Seen on CI:
+# Open MPI 5's PRRTE, once in a few hundred launches on 2 loaded cores.
+LAUNCH_FAILURES = ("The PMIx server's listener thread failed to start",)
+LAUNCH_TRIES = 3
 
 # Each launcher tells its ranks who they are in its own variables.
 RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK")
@@ -10,6 +19,25 @@ RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK")
 
 def under_mpiexec():
     return any(v in os.environ for v in RANK_VARIABLES)
+
+
+def launch_failed(output):
+    return any(m in output for m in LAUNCH_FAILURES)
+
+
+def run(cmd, *, timeout, **kwargs):
+    """subprocess.run of a command that starts ranks (mpiexec, or bench/netem around it), its
+    output captured as text, started again when the launcher itself failed to start."""
+    for _ in range(LAUNCH_TRIES):
+        r = subprocess.run(list(map(str, cmd)), capture_output=True, text=True, timeout=timeout, **kwargs)
+        if r.returncode == 0 or not launch_failed(r.stdout + r.stderr):
+            return r
+    return r
+
+
+def mpiexec(n, *args, timeout, options=(), **kwargs):
+    """`mpiexec [options] -n n args...` through run()."""
+    return run([MPIEXEC, *options, "-n", n, *args], timeout=timeout, **kwargs)
 
 
 def open_mpi():

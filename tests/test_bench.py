@@ -9,18 +9,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _launch import MPIEXEC, mpiexec
 
 import mpicomp
 
-MPIEXEC = str(Path(sys.executable).parent / "mpiexec")
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 
 def bench(*args, n=None, env=None, timeout=180):
     cmd = [sys.executable, "-m", "mpicomp.bench", *args]
+    env = {**os.environ, **(env or {})}
     if n:
-        cmd = [MPIEXEC, "-n", str(n), *cmd]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
+        return mpiexec(n, *cmd, timeout=timeout, env=env)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -285,9 +286,8 @@ def test_demo_falls_back_to_shared_memory_and_says_why():
 def test_diloco_compare_writes_runs_and_counts_bytes(tmp_path):
     """bench/diloco_compare.py, small: each run's JSON and the plot; H=10 sends a tenth of
     DDP's bytes, 4 fragments a quarter of the peak per step; held-out losses are finite."""
-    r = subprocess.run([MPIEXEC, "-n", "2", sys.executable, str(BENCH / "diloco_compare.py"), "--pretrain", "4",
-                        "--steps", "20", "--runs", "ddp,h10,h50-f4", "--corpus-bytes", "300000", "--eval", "16",
-                        "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    r = mpiexec(2, sys.executable, BENCH / "diloco_compare.py", "--pretrain", "4", "--steps", "20",
+                "--runs", "ddp,h10,h50-f4", "--corpus-bytes", "300000", "--eval", "16", "--out", tmp_path, timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     runs = {n: json.loads((tmp_path / f"diloco-gpt-{n}.json").read_text()) for n in ("ddp", "h10", "h50-f4")}
     assert (tmp_path / "diloco-gpt-runs.png").stat().st_size > 10_000

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from _launch import allow_open_mpi_here
+from _launch import allow_open_mpi_here, mpiexec
 
 HERE = Path(__file__).resolve().parent / "damage"
 BIN = Path(sys.executable).parent
@@ -28,8 +28,7 @@ def shim(tmp_path_factory):
 @pytest.mark.parametrize("coll", ["allreduce", "reduce_scatter", "allgather"])
 def test_damaged_frame_fails_the_call_on_every_rank(shim, coll, n, codec):
     env = dict(os.environ, LD_PRELOAD=str(shim), DAMAGE_RANK="1", DAMAGE_MESSAGES="1")
-    r = subprocess.run([str(BIN / "mpiexec"), "-n", str(n), sys.executable, str(HERE / "check.py"), coll, codec],
-                       capture_output=True, text=True, timeout=120, env=env)
+    r = mpiexec(n, sys.executable, HERE / "check.py", coll, codec, timeout=120, env=env)
     lines = sorted(line for line in r.stdout.splitlines() if line.startswith("rank "))
     assert r.returncode == 0 and len(lines) == n, r.stdout + r.stderr
     for line in lines:

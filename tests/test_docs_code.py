@@ -18,9 +18,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from _launch import mpiexec
 
 ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)
 # Command blocks run here as pasted (the first line of each, as found in its page); the rest
@@ -60,9 +60,8 @@ def test_copies_of_examples_are_verbatim():
 def test_python_blocks_run(tmp_path):
     programs = [(w, c) for w, lang, c in BLOCKS if lang == "python" and not _example(c)]
     (tmp_path / "blocks.json").write_text(json.dumps(programs))
-    r = subprocess.run([str(BIN / "mpiexec"), "-n", "2", sys.executable, str(ROOT / "tests/docs/run_blocks.py"),
-                        str(tmp_path / "blocks.json")], cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                       env={**os.environ, "MPICOMP_TIMEOUT": "60", "PYTHONWARNINGS": "error::UserWarning"})
+    r = mpiexec(2, sys.executable, ROOT / "tests/docs/run_blocks.py", tmp_path / "blocks.json", cwd=tmp_path, timeout=600,
+                env={**os.environ, "MPICOMP_TIMEOUT": "60", "PYTHONWARNINGS": "error::UserWarning"})
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
     assert r.stdout.count("\nok ") + r.stdout.startswith("ok ") == len(programs), r.stdout
 

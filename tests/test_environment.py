@@ -4,13 +4,11 @@ default (the Python API int8, the torch backend none, the interposer off); "off"
 own collective; an invalid value is refused at import, naming the variable; so is an
 MPICOMP_ERROR_FEEDBACK other than 0 or 1. One byte-count syntax (64K, 16MiB) everywhere."""
 import os
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from _launch import mpiexec
 
-BIN = Path(sys.executable).parent
 
 # The bytes sent by an allreduce and an allgather that name no codec, and by the same calls
 # naming the codecs the variables should give (printed by rank 0).
@@ -29,8 +27,7 @@ if mpicomp.MPI.COMM_WORLD.rank == 0:
 
 def run(*args, n=2, **env):
     clean = {k: v for k, v in os.environ.items() if not k.startswith("MPICOMP_")}
-    return subprocess.run([str(BIN / "mpiexec"), "-n", str(n), sys.executable, *args], capture_output=True,
-                          text=True, timeout=120, env={**clean, "MPICOMP_TIMEOUT": "60", **env})
+    return mpiexec(n, sys.executable, *args, timeout=120, env={**clean, "MPICOMP_TIMEOUT": "60", **env})
 
 
 @pytest.mark.parametrize("env,allreduce,allgather", [

@@ -21,6 +21,7 @@ from pathlib import Path
 import mpi4py
 import pybind11
 import pytest
+from _launch import mpiexec
 from _native import blosc2_include, blosc2_link
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,15 +68,13 @@ def built(tmp_path_factory):
 def test_gpu_engine_matches_the_host_engine(built, mode, n, nodes):
     """nodes: config.ranks_per_node, so that both engines take the two-level collectives (all
     three on 2x2; allreduce on 2+1), their exact stages inside the node on device buffers."""
-    r = subprocess.run([str(BIN / "mpiexec"), "-n", str(n), str(built / "engine_check"),
-                        str(built / "libfake_nvcomp.so"), mode, *nodes], capture_output=True, text=True, timeout=600)
+    r = mpiexec(n, built / "engine_check", built / "libfake_nvcomp.so", mode, *nodes, timeout=600)
     assert r.returncode == 0 and f"engine_check {mode}: 0 failed checks" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
 
 
 def _python_check(built, n, *args):
     env = dict(os.environ, PYTHONPATH=str(built / "pkg"), MPICOMP_NVCOMP_LIBRARY=str(built / "libfake_nvcomp.so"))
-    return subprocess.run([str(BIN / "mpiexec"), "-n", str(n), sys.executable, str(FAKE / "python_check.py"), *args],
-                          capture_output=True, text=True, timeout=300, env=env)
+    return mpiexec(n, sys.executable, FAKE / "python_check.py", *args, timeout=300, env=env)
 
 
 @pytest.mark.parametrize("n", [2, 3])

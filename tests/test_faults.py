@@ -15,10 +15,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from _launch import keep_going_after_a_lost_rank
+from _launch import LAUNCH_TRIES, MPIEXEC, keep_going_after_a_lost_rank, launch_failed
 from test_pmpi import PRELOAD
 
-MPIEXEC = str(Path(sys.executable).parent / "mpiexec")
 PROGRAM = Path(__file__).parent / "faults" / "program.py"
 TIMEOUT = 3.0
 SLACK = 10.0  # a survivor notices within the timeout and this; start-up is not counted
@@ -31,6 +30,17 @@ PARALLEL = 2
 
 
 def run_job(n, case, kind, reports):
+    """One job, started again when the launcher itself failed to start (tests/_launch.py)."""
+    for _ in range(LAUNCH_TRIES):
+        for p in reports.glob("rank*.json"):
+            p.unlink()
+        result = _run_job_once(n, case, kind, reports)
+        if not launch_failed(result[1]):
+            break
+    return result
+
+
+def _run_job_once(n, case, kind, reports):
     env = {**os.environ, "MPICOMP_TIMEOUT": str(TIMEOUT), "MPICOMP_CODEC": "int8"}
     if case == "interposed":
         env["LD_PRELOAD"] = PRELOAD

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _launch import mpiexec
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -15,8 +16,7 @@ QUICKSTART = ROOT / "examples" / "quickstart.py"
 
 
 def run(n, *args, **env):
-    return subprocess.run([str(BIN / "mpiexec"), "-n", str(n), sys.executable, *args], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, **env})
+    return mpiexec(n, sys.executable, *args, timeout=120, env={**os.environ, **env})
 
 
 def test_readme_shows_the_quickstart_verbatim():

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _launch import mpiexec
 
 BIN = Path(sys.executable).parent
 SOURCE = Path(__file__).parent / "mpi_count" / "check_mpi_count.cpp"
@@ -22,6 +23,5 @@ def program(tmp_path_factory):
 
 @pytest.mark.parametrize("n", [2, 3])
 def test_split_counts_give_the_exact_results(program, n):
-    r = subprocess.run([str(BIN / "mpiexec"), "-n", str(n), str(program)], capture_output=True, text=True,
-                       timeout=120)
+    r = mpiexec(n, program, timeout=120)
     assert r.returncode == 0 and "0 failed checks" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]

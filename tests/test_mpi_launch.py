@@ -4,14 +4,13 @@ gloo) and the optimizers' (uneven shards) with 4 too, the two-level collectives'
 each with a timeout so that a hang fails instead of blocking. Three ranks take the agreement's
 odd-count path, four its power-of-two rounds."""
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from _launch import mpiexec
 
 HERE = Path(__file__).parent
-MPIEXEC = str(Path(sys.executable).parent / "mpiexec")
 
 
 @pytest.mark.parametrize("n,suite", [(2, "mpi"), (3, "mpi"), (4, "mpi"),
@@ -19,9 +18,8 @@ MPIEXEC = str(Path(sys.executable).parent / "mpiexec")
                                      (2, "optim/mpi"), (3, "optim/mpi"), (4, "optim/mpi"),
                                      (6, "mpi/test_nodes.py")])
 def test_under_mpiexec(n, suite):
-    cmd = [MPIEXEC, "-n", str(n), sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-           "--timeout=240", "--timeout-method=thread", str(HERE / suite)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=os.environ.copy())
+    r = mpiexec(n, sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--timeout=240",
+                "--timeout-method=thread", HERE / suite, timeout=900)
     assert r.returncode == 0, f"mpiexec -n {n} {suite} failed:\n{r.stdout[-6000:]}\n{r.stderr[-6000:]}"
 
 
@@ -29,8 +27,7 @@ def test_cluster_recipe_shows_the_layout():
     """docs/cluster.md's command that shows the node layout, as written there."""
     code = "import mpicomp, numpy as np; print(mpicomp.node_layout(mpicomp.MPI.COMM_WORLD))"
     env = {**os.environ, "MPICOMP_VERBOSE": "1", "MPICOMP_RANKS_PER_NODE": "2"}
-    r = subprocess.run([MPIEXEC, "-n", "4", sys.executable, "-c", code], capture_output=True, text=True,
-                       timeout=120, env=env)
+    r = mpiexec(4, sys.executable, "-c", code, timeout=120, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "mpicomp: 4 ranks on 2 nodes: 2+2 ranks (ranks_per_node = 2; two-level collectives apply)" in r.stderr
     assert r.stdout.count("node_of=(0, 0, 1, 1)") == 4

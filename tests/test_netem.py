@@ -8,10 +8,10 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from _launch import open_mpi
+import _launch as launch
+from _launch import MPIEXEC, open_mpi
 
 NETEM = str(Path(__file__).resolve().parents[1] / "bench" / "netem")
-MPIEXEC = str(Path(sys.executable).parent / "mpiexec")
 root = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("tc") is None, reason="needs root and iproute2")
 
 
@@ -20,7 +20,7 @@ def namespaces():
 
 
 def netem(*args, timeout=120, env=None):
-    return subprocess.run([sys.executable, NETEM, *args], capture_output=True, text=True, timeout=timeout, env=env)
+    return launch.run([sys.executable, NETEM, *args], timeout=timeout, env=env)
 
 
 @root

@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import _launch as launch
 import pytest
 
 from mpicomp.config import preload_path
@@ -17,8 +18,7 @@ THREADS_SOURCE = Path(__file__).parent / "pmpi" / "check_threads.c"
 
 def mpiexec(n, *cmd, timeout=240, **env):
     full = {**os.environ, "LD_PRELOAD": PRELOAD, **env}
-    return subprocess.run([str(BIN / "mpiexec"), "-n", str(n), *map(str, cmd)], capture_output=True, text=True,
-                          timeout=timeout, env=full)
+    return launch.mpiexec(n, *cmd, timeout=timeout, env=full)
 
 
 @pytest.fixture(scope="module")

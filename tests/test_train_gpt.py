@@ -7,21 +7,20 @@ import sys
 from pathlib import Path
 
 import pytest
+from _launch import mpiexec
 
 import mpicomp
 
 ROOT = Path(__file__).resolve().parents[1]
-MPIEXEC = str(Path(sys.executable).parent / "mpiexec")
 TINY = ["--layers", "2", "--width", "32", "--heads", "2", "--context", "32", "--batch", "4", "--steps", "4",
         "--lr", "1e-2", "--corpus-bytes", "300000"]
 
 
 def train(tmp_path, name, *flags, **env):
     log = tmp_path / f"{name}.json"
-    cmd = [MPIEXEC, "-n", "2", sys.executable, str(ROOT / "examples" / "train_gpt.py"), *TINY, *flags,
-           "--json", str(log)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env={**os.environ, **env})
-    assert r.returncode == 0, f"{' '.join(cmd)} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    args = [sys.executable, ROOT / "examples" / "train_gpt.py", *TINY, *flags, "--json", log]
+    r = mpiexec(2, *args, timeout=120, env={**os.environ, **env})
+    assert r.returncode == 0, f"{' '.join(map(str, args))} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     assert "final loss" in r.stdout and "step 4/4" in r.stdout, r.stdout
     return json.loads(log.read_text())
 
@@ -90,9 +89,8 @@ def test_no_log_without_json_and_the_progress_line(tmp_path):
     """Without --json nothing is written into the working directory; the progress line
     gives bytes sent, the uncompressed baseline and their ratio (zero1 with the hybrid
     policy: int4 gradient reduce-scatter, exact parameter allgather, so about 1.7x)."""
-    cmd = [MPIEXEC, "-n", "2", sys.executable, str(ROOT / "examples" / "train_gpt.py"), *TINY, "--steps", "1",
-           "--optimizer", "zero1"]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=os.environ.copy(), cwd=tmp_path)
+    r = mpiexec(2, sys.executable, ROOT / "examples" / "train_gpt.py", *TINY, "--steps", "1", "--optimizer", "zero1",
+                timeout=120, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     assert list(tmp_path.iterdir()) == []
     import re

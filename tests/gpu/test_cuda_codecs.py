@@ -1,6 +1,5 @@
 """The CUDA codecs against the CPU's: the same bytes from the same input, and the same values
 from the same bytes (format.h is the single definition of both). Skipped without a GPU."""
-import numpy as np
 import pytest
 
 import mpicomp

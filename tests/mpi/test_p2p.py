@@ -73,7 +73,6 @@ def test_recv_any_source(codec, n):
     whole from one sender (told apart by an offset per rank)."""
     comm = comm_of("world")
     rank, size = comm.Get_rank(), comm.Get_size()
-    c = mpicomp.codec(codec)
     base = data(comm, n, "anysrc").astype(np.float32) * 0 + np.float32(1)  # ones
     with config(min_bytes=0):
         if rank != 0:

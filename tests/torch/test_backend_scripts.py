@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-MPIEXEC = str(Path(sys.executable).parent / "mpiexec")
 sys.path.insert(0, str(ROOT / "tests"))
-from _launch import allow_open_mpi_here  # noqa: E402
+from _launch import MPIEXEC, allow_open_mpi_here, mpiexec  # noqa: E402
+from _launch import run as run_ranks  # noqa: E402
 
 allow_open_mpi_here()
 
@@ -22,10 +22,9 @@ def run(tmp_path, backend, wrap, n=2, **env):
     """n ranks under mpiexec; n=None: one process started as `python script.py`."""
     out = tmp_path / f"{backend}-{wrap}-{n}-{len(env)}.json"
     clean = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")}
-    launcher = [] if n is None else [MPIEXEC, "-n", str(n)]
-    r = subprocess.run([*launcher, sys.executable, str(ROOT / "examples" / "torch_distributed.py"),
-                        "--backend", backend, "--wrap", wrap, "--steps", "6", "--width", "64", "--json", str(out)],
-                       capture_output=True, text=True, timeout=300, env={**clean, **env})
+    launcher = [] if n is None else [MPIEXEC, "-n", n]
+    r = run_ranks([*launcher, sys.executable, ROOT / "examples" / "torch_distributed.py", "--backend", backend,
+                   "--wrap", wrap, "--steps", "6", "--width", "64", "--json", out], timeout=300, env={**clean, **env})
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     assert "Warning" not in r.stderr, r.stderr[-3000:]  # e.g. FSDP2's about a module output that is a view
     return json.loads(out.read_text())
@@ -91,8 +90,7 @@ def test_two_dimensional_device_mesh_at_four_ranks(tmp_path):
     functional, as FSDP2 and tensor parallelism call them) give each subgroup's own sums."""
     out = tmp_path / "mesh.json"
     clean = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")}
-    r = subprocess.run([MPIEXEC, "-n", "4", sys.executable, "-c", MESH, str(out)], capture_output=True, text=True,
-                       timeout=300, env=clean)
+    r = mpiexec(4, sys.executable, "-c", MESH, out, timeout=300, env=clean)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     everyone = json.loads(out.read_text())
     for rank, got in enumerate(everyone):
@@ -129,8 +127,7 @@ def test_importing_mpicomp_leaves_other_backends_rendezvous_alone(tmp_path):
     mt.rendezvous_from_mpi() makes it take them from MPI."""
     clean = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")}
     for mode, expected in (("implicit", "torch's own rendezvous"), ("explicit", "gloo from MPI, rank")):
-        r = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", GLOO, mode], capture_output=True, text=True,
-                           timeout=120, env=clean)
+        r = mpiexec(2, sys.executable, "-c", GLOO, mode, timeout=120, env=clean)
         assert r.returncode == 0 and r.stdout.count(expected) == 2, r.stdout[-2000:] + r.stderr[-2000:]
 
 
