@@ -94,6 +94,6 @@ void mpicomp::bind_cuda(py::module_& m) {
     if (is_lossless(CodecId(codec)))
       throw Error(ErrorKind::argument, "cuda_decode_accumulate: lossless frames decode with cuda_decode");
     cuda::decode_accumulate(Spec{CodecId(codec), block}, DType(dtype), reinterpret_cast<const uint8_t*>(in), n,
-                            reinterpret_cast<float*>(acc), reinterpret_cast<void*>(stream));
+                            DType::f32, reinterpret_cast<float*>(acc), reinterpret_cast<void*>(stream));
   });
 }

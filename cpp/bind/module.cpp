@@ -94,21 +94,19 @@ int checked_dtype(const py::array& a, const char* name) {
 }
 
 // The rules of dtype, codec and op together, for numpy arrays and torch tensors alike, and
-// for a codec alone (mpicomp.Codec.check_dtype: reduces and avg false). `name`: the array's.
-void check_combination(int dt, int codec, bool avg, bool reduces, const std::string& name) {
+// for a codec alone (mpicomp.Codec.check_dtype: avg false). `name`: the array's.
+void check_combination(int dt, int codec, bool avg, const std::string& name) {
   if (dt >= int(DType::i8) && codec != int(CodecId::none))
     throw Error(ErrorKind::codec, std::string("codec '") + codec_name(CodecId(codec)) +
                                       "' compresses floating-point data only, but " + name + " has dtype " +
                                       dtype_name(DType(dt)) + "; use codec='none' for integer arrays");
-  // Lossy codecs quantise float32, and reductions accumulate decoded frames in float32:
-  // either would round float64, or overflow it to inf. Lossless frames move float64 exactly.
-  const bool lossless = is_lossless(CodecId(codec));
-  if (dt == int(DType::f64) && codec != int(CodecId::none) && (!lossless || reduces))
-    throw Error(ErrorKind::codec, std::string("codec '") + codec_name(CodecId(codec)) + "' " +
-                                      (lossless ? "sums in float32" : "computes in float32") +
-                                      ", but " + name + " has dtype float64, whose values it would round (or overflow "
-                                      "to inf); use codec='none' for float64 (exact), or pass " + name +
-                                      ".astype('float32') to compress");
+  // Lossy codecs quantise in float32, which would round float64 or overflow it to inf.
+  // Lossless frames move float64 exactly, and reductions sum it in float64 (format.h: acc_dtype).
+  if (dt == int(DType::f64) && codec != int(CodecId::none) && !is_lossless(CodecId(codec)))
+    throw Error(ErrorKind::codec, std::string("codec '") + codec_name(CodecId(codec)) +
+                                      "' computes in float32, but " + name + " has dtype float64, whose values it "
+                                      "would round (or overflow to inf); use codec='none' or a lossless codec for "
+                                      "float64 (exact), or pass " + name + ".astype('float32') to compress");
   if (dt >= int(DType::i8) && avg)
     throw Error(ErrorKind::argument, std::string("op='avg' needs a floating-point x, got dtype ") +
                                          dtype_name(DType(dt)));
@@ -209,7 +207,7 @@ PYBIND11_MODULE(_core, m) {
     return py::make_tuple(t.y, reinterpret_cast<uintptr_t>(t.xp), reinterpret_cast<uintptr_t>(t.yp), t.n, t.dt);
   });
   m.def("check_combination", &check_combination, py::arg("dtype"), py::arg("codec"), py::arg("avg"),
-        py::arg("reduces"), py::arg("name") = "x");
+        py::arg("name") = "x");
   m.def("unsupported_dtype", &unsupported_dtype, "Raises the CodecError of a dtype that is not in DTYPES");
   m.def("result_elems", &result_elems);
   // A given out of `got` elements at y, for a result of m (ybytes) and x at x (xbytes).
@@ -230,7 +228,7 @@ PYBIND11_MODULE(_core, m) {
     NumpyArgs t;
     try {
       t = numpy_args(x, out, coll == int(Coll::reduce_scatter) ? 1 : coll == int(Coll::allgather) ? 2 : 0, size);
-      check_combination(t.dt, codec & ~kAutoBit, avg, coll != int(Coll::allgather), "x");
+      check_combination(t.dt, codec & ~kAutoBit, avg, "x");
     } catch (const Error&) {
       try {
         py::gil_scoped_release nogil;
@@ -291,7 +289,7 @@ PYBIND11_MODULE(_core, m) {
   m.def("decode_accumulate", [](int codec, uint32_t block, int dtype, uintptr_t in, size_t n, uintptr_t acc,
                                  uintptr_t base) {
     py::gil_scoped_release nogil;
-    host_decode_accumulate(Spec{CodecId(codec), block}, DType(dtype), ptr<uint8_t>(in), n, ptr<float>(acc),
+    host_decode_accumulate(Spec{CodecId(codec), block}, DType(dtype), ptr<uint8_t>(in), n, DType::f32, ptr<float>(acc),
                            ptr<float>(base));
   }, py::arg("codec"), py::arg("block"), py::arg("dtype"), py::arg("in"), py::arg("n"), py::arg("acc"),
      py::arg("base") = 0, "acc = base + decoded (base 0: acc += decoded)");

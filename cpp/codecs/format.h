@@ -84,6 +84,12 @@ inline const char* dtype_name(DType t) {
 }
 MPICOMP_HD bool is_blockwise(CodecId c) { return c == CodecId::int8 || c == CodecId::int4 || c == CodecId::sign; }
 MPICOMP_HD bool is_lossless(CodecId c) { return c >= CodecId::lz4; }
+// What a reduction of dtype t with codec `wire` sums in: float64 in float64 where the wire
+// carries it exactly (none, and the lossless codecs, whose frames restore it), float32 for
+// everything else (the lossy codecs quantise in float32; 16-bit floats are widened).
+MPICOMP_HD DType acc_dtype(CodecId wire, DType t) {
+  return t == DType::f64 && (wire == CodecId::none || is_lossless(wire)) ? DType::f64 : DType::f32;
+}
 MPICOMP_HD size_t frame_align(size_t b) { return (b + kFrameAlign - 1) / kFrameAlign * kFrameAlign; }
 MPICOMP_HD size_t frame_chunks(size_t raw) { return (raw + kChunkBytes - 1) / kChunkBytes; }
 MPICOMP_HD size_t frame_header_bytes(size_t chunks) { return frame_align(4 * chunks); }

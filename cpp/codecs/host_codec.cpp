@@ -92,8 +92,27 @@ void host_decode(Spec s, DType t, const uint8_t* in, size_t n, float scale, void
   host_frame_decode(s, in, n * dtype_size(t), static_cast<uint8_t*>(y));
 }
 
-void host_decode_accumulate(Spec s, DType t, const uint8_t* in, size_t n, float* acc, const float* base) {
-  if (!base) base = acc;
+namespace {
+
+// acc = base + x in float64: float64 elements as they were sent, or as a lossless frame restored them.
+void add_f64(const double* base, const double* x, size_t n, double* acc) {
+  in_ranges(Spec{}, n, [&](size_t first, size_t len) {
+    for (size_t i = first; i < first + len; ++i) acc[i] = base[i] + x[i];
+  });
+}
+
+}  // namespace
+
+void host_decode_accumulate(Spec s, DType t, const uint8_t* in, size_t n, DType sum_t, void* acc_, const void* base_) {
+  if (!base_) base_ = acc_;
+  if (sum_t != acc_dtype(s.id, t) && sum_t != DType::f32)
+    throw Error(ErrorKind::argument, std::string("codec '") + codec_name(s.id) + "' cannot sum " + dtype_name(t) +
+                                         " in " + dtype_name(sum_t));
+  if (sum_t == DType::f64 && s.id == CodecId::none)
+    return add_f64(static_cast<const double*>(base_), reinterpret_cast<const double*>(in), n,
+                   static_cast<double*>(acc_));
+  float* acc = static_cast<float*>(acc_);
+  const float* base = static_cast<const float*>(base_);
   if (!is_lossless(s.id)) {
     const CpuKernels& k = cpu_kernels();
     return in_ranges(s, n, [&](size_t first, size_t len) {
@@ -103,10 +122,23 @@ void host_decode_accumulate(Spec s, DType t, const uint8_t* in, size_t n, float*
   thread_local std::vector<uint8_t> raw;
   raw.resize(n * dtype_size(t));
   host_frame_decode(s, in, raw.size(), raw.data());
-  const CpuKernels& k = cpu_kernels();
   const uint8_t* bytes = raw.data();  // not `raw` in the lambda: that names each worker's own
+  if (sum_t == DType::f64)
+    return add_f64(static_cast<const double*>(base_), reinterpret_cast<const double*>(bytes), n,
+                   static_cast<double*>(acc_));
+  const CpuKernels& k = cpu_kernels();
   in_ranges(Spec{}, n, [&](size_t first, size_t len) {
     k.decode_accumulate(Spec{}, t, bytes + first * dtype_size(t), len, base + first, acc + first);
+  });
+}
+
+void host_store(DType sum_t, const void* acc, size_t n, double scale, DType t, void* y) {
+  if (sum_t == DType::f32) return cpu_kernels().store(static_cast<const float*>(acc), n, float(scale), t, y);
+  if (t != DType::f64) throw Error(ErrorKind::argument, std::string("float64 sums stored as ") + dtype_name(t));
+  const double* a = static_cast<const double*>(acc);
+  double* out = static_cast<double*>(y);
+  in_ranges(Spec{}, n, [&](size_t first, size_t len) {
+    for (size_t i = first; i < first + len; ++i) out[i] = scale == 1.0 ? a[i] : a[i] * scale;
   });
 }
 

@@ -19,8 +19,12 @@ size_t host_encode(Spec s, DType t, const void* x, size_t n, float* residual, ui
 // written with streaming stores, around the cache (the same values; for outputs too large
 // to stay in cache, whose lines would otherwise be read before they are written).
 void host_decode(Spec s, DType t, const uint8_t* in, size_t n, float scale, void* y, bool stream = false);
-// acc = base + the decoded elements (float32; base null: acc += them).
-void host_decode_accumulate(Spec s, DType t, const uint8_t* in, size_t n, float* acc, const float* base = nullptr);
+// acc = base + the decoded elements (acc and base of dtype `sum_t`, float32 or, for float64 that
+// the codec carries exactly, float64: acc_dtype; base null: acc += them).
+void host_decode_accumulate(Spec s, DType t, const uint8_t* in, size_t n, DType sum_t, void* acc,
+                            const void* base = nullptr);
+// y = acc (dtype sum_t) * scale, stored as dtype t.
+void host_store(DType sum_t, const void* acc, size_t n, double scale, DType t, void* y);
 // A lossless codec restores the bytes it was given: a decode that would also scale them (an
 // average) raises an argument Error, on the host and on the GPU alike.
 void require_unscaled(float scale);

@@ -104,7 +104,7 @@ void divide(void* y, DType t, size_t n, int size) {
     double* d = static_cast<double*>(y);
     for (size_t i = 0; i < n; ++i) d[i] /= size;
   } else {  // float32, as the compressed paths do it
-    cpu_engine().store(static_cast<const float*>(y), n, 1.f / float(size), DType::f32, y);
+    cpu_engine().store(DType::f32, y, n, 1.0 / size, DType::f32, y);
   }
 }
 
@@ -143,9 +143,9 @@ void eager_sum(MPI_Comm comm, const Signature& sig, Engine& e, Payload::Kind kin
   const size_t a = accum_size(t);
   if (a != dtype_size(t)) {  // 16-bit floats: summed as float32
     float* wide = whole.get<float>(n);
-    e.load(t, x, n, nullptr, wide);
+    e.load(t, x, n, nullptr, DType::f32, wide);
     eager_collective(comm, sig, Payload{kind, wide, wide, n});
-    e.store(wide + first, len, avg ? 1.f / float(size) : 1.f, t, y);
+    e.store(DType::f32, wide + first, len, avg ? 1.0 / size : 1.0, t, y);
     return;
   }
   void* sum = y;
@@ -160,6 +160,7 @@ Tiling tiling(const Signature& sig, const CollArgs& a, const Config& cfg, int bl
   Spec wire{sig.wire, a.spec.block};
   return Tiling{wire,
                 a.dtype,
+                acc_dtype(wire.id, a.dtype),
                 segment_elems(wire, a.dtype, cfg.segment_bytes),
                 segment_elems(Spec{}, a.dtype, cfg.segment_bytes),
                 is_blockwise(wire.id) ? wire.block : kLanes,
@@ -169,7 +170,7 @@ Tiling tiling(const Signature& sig, const CollArgs& a, const Config& cfg, int bl
 }  // namespace
 
 void flat_allreduce(MPI_Comm comm, const CommInfo& ci, Engine& e, const Tiling& T, const void* x, void* y, size_t count,
-                    float* res, float scale, FrameDamage& damage) {
+                    float* res, double scale, FrameDamage& damage) {
   // The buffer is reduced a tile at a time, a tile being one segment per rank: each rank's
   // float32 accumulator and wire buffers then stay in its core's cache from the load to the
   // allgather's encoding, where whole-buffer stages took each pass through main memory (on
@@ -178,19 +179,19 @@ void flat_allreduce(MPI_Comm comm, const CommInfo& ci, Engine& e, const Tiling& 
   // wire slots 2 and 3), so that neither the link nor the core waits for the other.
   const size_t tile = T.seg * size_t(ci.size), dts = dtype_size(T.dtype);
   Layout L;
-  float* acc = nullptr;
+  void* acc = nullptr;
   std::optional<ReduceScatterStage> rs;
   auto start_tile = [&](size_t first, size_t k) {
     L = balanced_layout(ci.size, std::min(tile, count - first), T.granule, T.seg);
-    acc = e.scratch_f32(int(k % 2), L.len(ci.rank));
+    acc = e.scratch(int(k % 2), L.len(ci.rank) * dtype_size(T.sum_t));
     rs.emplace(comm, ci, e, T.wire, T.dtype, L, static_cast<const char*>(x) + first * dts, res ? res + first : nullptr,
-               acc, damage, 2);
+               T.sum_t, acc, damage, 2);
   };
   start_tile(0, 0);
   for (size_t first = 0, k = 0; first < count; first += tile, ++k) {
     rs->finish();
     char* yt = static_cast<char*>(y) + first * dts;
-    ReducedPart part = reduced_part(e, T.wire, T.dtype, acc, L.len(ci.rank),
+    ReducedPart part = reduced_part(e, T.wire, T.dtype, T.sum_t, acc, L.len(ci.rank),
                                     res ? res + first + L.off[ci.rank] : nullptr, yt + L.off[ci.rank] * dts, scale);
     AllgatherStage ag(comm, ci, e, part.out, part.st, L, part.src, part.res, T.dtype, yt, part.scale, T.stream, damage);
     rs.reset();
@@ -227,7 +228,7 @@ void allreduce_call(MPI_Comm comm, const void* x, void* y, const CollArgs& a, st
   CallScope scope(cfg, comm);
   Signature sig = signature(Coll::allreduce, a, ci, cfg, comm, skip);
   Recorder rec(Coll::allreduce, ci, bytes_in(Coll::allreduce, a, ci.size), skip);
-  const float scale = a.avg ? 1.f / float(ci.size) : 1.f;
+  const double scale = a.avg ? 1.0 / ci.size : 1.0;
   Engine& e = engine_of(a);
   const size_t bytes = a.count * dtype_size(a.dtype);
 
@@ -277,7 +278,7 @@ void reduce_scatter_call(MPI_Comm comm, const void* x, void* y, const CollArgs& 
   CallScope scope(cfg, comm);
   Signature sig = signature(Coll::reduce_scatter, a, ci, cfg, comm, skip);
   Recorder rec(Coll::reduce_scatter, ci, bytes_in(Coll::reduce_scatter, a, ci.size), skip);
-  const float scale = a.avg ? 1.f / float(ci.size) : 1.f;
+  const double scale = a.avg ? 1.0 / ci.size : 1.0;
   Engine& e = engine_of(a);
   // The data rides along with the agreement when small, and on two ranks at any size (each
   // sends the half the other keeps, as MPI does; 16-bit floats would travel widened, so
@@ -307,16 +308,17 @@ void reduce_scatter_call(MPI_Comm comm, const void* x, void* y, const CollArgs& 
     rec.algo = Algo::two_level;
     two_level_reduce_scatter(nodes, e, T, x, y, a.count, res, scale, damage);
   } else {
-    // float32 output is its own accumulator: the sums are written once, where a scratch
-    // accumulator took them through memory twice more, out and back for the store (10
-    // Gbit/s, 2 ranks, 64 MiB int4: docs/measurements.md).
-    const bool into_y = a.dtype == DType::f32;
-    float* acc = into_y ? static_cast<float*>(y) : e.scratch_f32(0, a.count);
+    // Output of the sums' own dtype (float32, float64) is their accumulator: the sums are
+    // written once, where a scratch accumulator took them through memory twice more, out and
+    // back for the store (10 Gbit/s, 2 ranks, 64 MiB int4: docs/measurements.md).
+    const bool into_y = T.sum_t == a.dtype;
+    void* acc = into_y ? y : e.scratch(0, a.count * dtype_size(T.sum_t));
     rec.algo = Algo::flat;
     Links links(nodes);
-    ReduceScatterStage(comm, ci, e, T.wire, a.dtype, equal_layout(ci.size, a.count, T.seg), x, res, acc, damage)
+    ReduceScatterStage(comm, ci, e, T.wire, a.dtype, equal_layout(ci.size, a.count, T.seg), x, res, T.sum_t, acc,
+                       damage)
         .finish();
-    if (!into_y || scale != 1.f) e.store(acc, a.count, scale, a.dtype, y);
+    if (!into_y || scale != 1.0) e.store(T.sum_t, acc, a.count, scale, a.dtype, y);
   }
   if (is_lossless(T.wire.id)) check_frames(comm, ci, damage);
 }

@@ -10,7 +10,7 @@ namespace {
 
 // One per thread: an iallreduce's worker thread and the caller's thread never share buffers.
 struct CpuEngine final : Engine {
-  Scratch f32[2];
+  Scratch sums[2];  // accumulators (scratch)
   Scratch bytes[4];  // wire slots: an allgather stage (0, 1), the next tile's reduce-scatter (2, 3)
 
   size_t encode(Spec s, DType t, const void* x, size_t n, float* res, uint8_t* w) override {
@@ -19,22 +19,22 @@ struct CpuEngine final : Engine {
   void decode(Spec s, DType t, const uint8_t* w, size_t n, float scale, void* y, bool stream) override {
     host_decode(s, t, w, n, scale, y, stream);
   }
-  void decode_accumulate(Spec s, DType t, const uint8_t* w, size_t n, float* acc, const float* base) override {
-    host_decode_accumulate(s, t, w, n, acc, base);
+  void decode_accumulate(Spec s, DType t, const uint8_t* w, size_t n, DType sum_t, void* acc, const void* base) override {
+    host_decode_accumulate(s, t, w, n, sum_t, acc, base);
   }
-  void store(const float* acc, size_t n, float scale, DType t, void* y) override {
-    cpu_kernels().store(acc, n, scale, t, y);
+  void store(DType sum_t, const void* acc, size_t n, double scale, DType t, void* y) override {
+    host_store(sum_t, acc, n, scale, t, y);
   }
-  void load(DType t, const void* x, size_t n, float* res, float* acc) override {
-    if (res) {
-      std::copy(res, res + n, acc);
+  void load(DType t, const void* x, size_t n, float* res, DType sum_t, void* acc) override {
+    if (res) {  // error feedback: lossy codecs, whose accumulators are float32
+      std::copy(res, res + n, static_cast<float*>(acc));
       std::fill(res, res + n, 0.f);
-    } else {
-      std::fill(acc, acc + n, 0.f);
+    } else if (n) {
+      std::memset(acc, 0, n * dtype_size(sum_t));
     }
-    cpu_kernels().decode_accumulate(Spec{}, t, static_cast<const uint8_t*>(x), n, acc, acc);
+    host_decode_accumulate(Spec{}, t, static_cast<const uint8_t*>(x), n, sum_t, acc, acc);
   }
-  float* scratch_f32(int slot, size_t n) override { return f32[slot].get<float>(n); }
+  void* scratch(int slot, size_t bytes) override { return sums[slot].get(bytes); }
   uint8_t* wire(int slot, size_t n) override { return bytes[slot].get<uint8_t>(n); }
   bool mpi_takes_buffers() const override { return true; }
 };

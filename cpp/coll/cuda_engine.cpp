@@ -1,4 +1,4 @@
-// The GPU engine (CUDA builds only): inputs, outputs, float32 accumulators and error-feedback
+// The GPU engine (CUDA builds only): inputs, outputs, accumulators and error-feedback
 // residuals in device memory, codecs run as CUDA kernels on the caller's stream. Wire bytes:
 // with a CUDA-aware MPI they stay on the device; otherwise every wire buffer is pinned host
 // memory with a device mirror of the same size, and a segment is encoded into the mirror,
@@ -19,7 +19,7 @@ using cuda::check;
 struct CudaEngine final : Engine {
   cudaStream_t stream = nullptr;
   bool direct = false;
-  Buffer f32[2] = {Buffer(false), Buffer(false)};
+  Buffer sums[2] = {Buffer(false), Buffer(false)};  // accumulators (scratch)
   // Wire slots: an allgather stage (0, 1) and the next tile's reduce-scatter (2, 3).
   Buffer host[4] = {Buffer(true), Buffer(true), Buffer(true), Buffer(true)};  // staged wire bytes
   Buffer mirror[4] = {Buffer(false), Buffer(false), Buffer(false), Buffer(false)};  // device copies (direct: the wire)
@@ -62,27 +62,27 @@ struct CudaEngine final : Engine {
     require_unscaled(scale);
     restore(s, t, w, n, y);
   }
-  void decode_accumulate(Spec s, DType t, const uint8_t* w, size_t n, float* acc, const float* base) override {
+  void decode_accumulate(Spec s, DType t, const uint8_t* w, size_t n, DType sum_t, void* acc, const void* base) override {
     if (base && base != acc && n)
-      check(cudaMemcpyAsync(acc, base, n * sizeof(float), cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync");
-    if (!is_lossless(s.id)) return cuda::decode_accumulate(s, t, upload(s, t, w, n), n, acc, stream);
+      check(cudaMemcpyAsync(acc, base, n * dtype_size(sum_t), cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync");
+    if (!is_lossless(s.id)) return cuda::decode_accumulate(s, t, upload(s, t, w, n), n, sum_t, acc, stream);
     uint8_t* bytes = restored.get<uint8_t>(n * dtype_size(t), stream);
     restore(s, t, w, n, bytes);
-    cuda::decode_accumulate(Spec{}, t, bytes, n, acc, stream);
+    cuda::decode_accumulate(Spec{}, t, bytes, n, sum_t, acc, stream);
   }
-  void store(const float* acc, size_t n, float scale, DType t, void* y) override {
-    cuda::store(acc, n, scale, t, y, stream);
+  void store(DType sum_t, const void* acc, size_t n, double scale, DType t, void* y) override {
+    cuda::store(sum_t, acc, n, scale, t, y, stream);
   }
-  void load(DType t, const void* x, size_t n, float* res, float* acc) override {
-    if (res) {
+  void load(DType t, const void* x, size_t n, float* res, DType sum_t, void* acc) override {
+    if (res) {  // error feedback: lossy codecs, whose sums are float32
       check(cudaMemcpyAsync(acc, res, n * sizeof(float), cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync");
       check(cudaMemsetAsync(res, 0, n * sizeof(float), stream), "cudaMemsetAsync");
     } else {
-      check(cudaMemsetAsync(acc, 0, n * sizeof(float), stream), "cudaMemsetAsync");
+      check(cudaMemsetAsync(acc, 0, n * dtype_size(sum_t), stream), "cudaMemsetAsync");
     }
-    cuda::decode_accumulate(Spec{}, t, static_cast<const uint8_t*>(x), n, acc, stream);
+    cuda::decode_accumulate(Spec{}, t, static_cast<const uint8_t*>(x), n, sum_t, acc, stream);
   }
-  float* scratch_f32(int slot, size_t n) override { return f32[slot].get<float>(n * sizeof(float), stream); }
+  void* scratch(int slot, size_t bytes) override { return sums[slot].get<uint8_t>(bytes, stream); }
   uint8_t* wire(int slot, size_t bytes) override {
     // MPI may write into it as soon as a receive is posted, outside the stream's order: the
     // copies and kernels still queued on the stream that read it (the last segments of a

@@ -20,15 +20,17 @@ struct Engine {
   // stream: y is large and written once; the host engine writes float32 around the cache
   // (host_decode). Same values either way.
   virtual void decode(Spec s, DType t, const uint8_t* wire, size_t n, float scale, void* y, bool stream = false) = 0;
+  // Accumulators (acc, base) are of dtype `sum_t`: float32, or float64 for float64 that the wire
+  // carries exactly (format.h: acc_dtype).
   // acc = base + the decoded elements (base null: acc += them).
-  virtual void decode_accumulate(Spec s, DType t, const uint8_t* wire, size_t n, float* acc,
-                                 const float* base = nullptr) = 0;
+  virtual void decode_accumulate(Spec s, DType t, const uint8_t* wire, size_t n, DType sum_t, void* acc,
+                                 const void* base = nullptr) = 0;
   // y = acc * scale, stored as dtype t.
-  virtual void store(const float* acc, size_t n, float scale, DType t, void* y) = 0;
-  // acc = x (converted to float32) + residual (if any); the residual is then zeroed.
-  virtual void load(DType t, const void* x, size_t n, float* residual, float* acc) = 0;
-  // Float32 scratch in engine memory, valid until the next call of the same slot.
-  virtual float* scratch_f32(int slot, size_t n) = 0;
+  virtual void store(DType sum_t, const void* acc, size_t n, double scale, DType t, void* y) = 0;
+  // acc = x (converted to sum_t) + residual (float32, if any); the residual is then zeroed.
+  virtual void load(DType t, const void* x, size_t n, float* residual, DType sum_t, void* acc) = 0;
+  // Scratch for accumulators in engine memory, valid until the next call of the same slot.
+  virtual void* scratch(int slot, size_t bytes) = 0;
   // Host (or, for CUDA-aware MPI, device) memory for wire bytes, which MPI may write from the
   // moment this returns: no earlier work of the engine still reads it.
   virtual uint8_t* wire(int slot, size_t bytes) = 0;

@@ -70,17 +70,18 @@ size_t segment_elems(Spec s, DType t, size_t segment_bytes) {
   return std::max(n, (min_wire + per_g - 1) / per_g * g);
 }
 
-ReducedPart reduced_part(Engine& e, Spec wire, DType t, float* acc, size_t len, float* res, void* mine, float scale) {
-  ReducedPart p{wire, DType::f32, acc, res, scale};
+ReducedPart reduced_part(Engine& e, Spec wire, DType t, DType sum_t, void* acc, size_t len, float* res, void* mine,
+                         double scale) {
+  ReducedPart p{wire, sum_t, acc, res, float(scale)};
   if (wire.id == CodecId::none && t == DType::f16) p.out = Spec{CodecId::fp16, 0};
   if (wire.id == CodecId::none && t == DType::bf16) p.out = Spec{CodecId::bf16, 0};
   if (is_lossless(wire.id)) {
-    e.store(acc, len, scale, t, mine);
+    e.store(sum_t, acc, len, scale, t, mine);
     p.st = t, p.src = mine, p.res = nullptr, p.scale = 1.f;
   } else if (p.out.id != wire.id && scale != 1.f) {
     // Divide before the one rounding to the output dtype, or an average is rounded twice
     // (the sum to fp16/bf16, then the quotient).
-    e.store(acc, len, scale, DType::f32, acc);
+    e.store(sum_t, acc, len, scale, sum_t, acc);
     p.scale = 1.f;
   }
   return p;
@@ -102,8 +103,9 @@ void check_frames(MPI_Comm c, const CommInfo& ci, const FrameDamage& d) {
 }
 
 ReduceScatterStage::ReduceScatterStage(MPI_Comm c, const CommInfo& ci, Engine& e, Spec s, DType t, const Layout& L,
-                                       const void* x, float* res, float* acc, FrameDamage& damage, int slot)
-    : r_(ci.rank), p_(ci.size), e_(e), s_(s), t_(t), L_(L), acc_(acc), damage_(damage), my_len_(L.len(ci.rank)),
+                                       const void* x, float* res, DType sum_t, void* acc, FrameDamage& damage, int slot)
+    : r_(ci.rank), p_(ci.size), e_(e), s_(s), t_(t), L_(L), sum_t_(sum_t), acc_(static_cast<char*>(acc)),
+      damage_(damage), my_len_(L.len(ci.rank)),
       my_enc_(part_bytes(s, t, my_len_, L.seg)) {
   const int r = r_, p = p_;
   const size_t dts = dtype_size(t), nin = nsegs(my_len_, L.seg);
@@ -120,8 +122,8 @@ ReduceScatterStage::ReduceScatterStage(MPI_Comm c, const CommInfo& ci, Engine& e
   // adds its part onto x's (x + decoded, the same sum in one pass less). Alone (a node of one
   // rank in a two-level call) there is no peer to do it.
   const char* mine = at<char>(x, L.pos(r) * dts);
-  own_ = t == DType::f32 && !res && p > 1 ? reinterpret_cast<const float*>(mine) : nullptr;
-  if (!own_ && my_len_) e.load(t, mine, my_len_, res ? res + L.pos(r) : nullptr, acc);  // none: a rank past the lanes
+  own_ = t == sum_t && !res && p > 1 ? mine : nullptr;
+  if (!own_ && my_len_) e.load(t, mine, my_len_, res ? res + L.pos(r) : nullptr, sum_t, acc);  // none: a rank past the lanes
 
   // Exact parts that MPI can read where they lie are sent from x (Engine::mpi_takes_buffers).
   const bool raw = s.id == CodecId::none && !res && e.mpi_takes_buffers();
@@ -157,8 +159,9 @@ void ReduceScatterStage::consume(bool block) {
     if (!done) return;
     size_t k = next_ / (p_ - 1), d = next_ % (p_ - 1);
     damage_.guard((r_ - int(d) - 1 + p_) % p_, [&] {
+      const size_t skip = k * L_.seg * dtype_size(sum_t_);  // segment k's place in acc and in own
       e_.decode_accumulate(s_, t_, rbuf_ + d * my_enc_ + segment_offset(s_, t_, L_.seg, k), seg_len(my_len_, L_.seg, k),
-                           acc_ + k * L_.seg, own_ && d == 0 ? own_ + k * L_.seg : nullptr);
+                           sum_t_, acc_ + skip, own_ && d == 0 ? own_ + skip : nullptr);
     });
     ++next_;
   }

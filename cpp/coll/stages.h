@@ -102,14 +102,15 @@ void check_frames(MPI_Comm c, const CommInfo& ci, const FrameDamage& d);
 // allgather while the next reduce-scatter travels. A stage uses the engine's wire buffers
 // `slot` and `slot + 1`. Not movable: MPI and the timeout guard hold its requests' address.
 
-// acc (float32, own part) = sum over ranks of their part `rank` of x. The own part is added
-// exactly, the others decoded in a fixed order, so the result does not depend on timing.
+// acc (own part, dtype sum_t: float32, or float64 for float64 the wire carries exactly) = sum
+// over ranks of their part `rank` of x. The own part is added exactly, the others decoded in
+// a fixed order, so the result does not depend on timing.
 // residual (input-sized, may be null): error feedback for the encoded parts; the own part's
 // entries are added to acc and zeroed.
 class ReduceScatterStage {
  public:
   ReduceScatterStage(MPI_Comm c, const CommInfo& ci, Engine& e, Spec s, DType t, const Layout& L, const void* x,
-                     float* residual, float* acc, FrameDamage& damage, int slot = 0);
+                     float* residual, DType sum_t, void* acc, FrameDamage& damage, int slot = 0);
   ReduceScatterStage(const ReduceScatterStage&) = delete;
   ReduceScatterStage& operator=(const ReduceScatterStage&) = delete;
   // acc holds the sum when it returns.
@@ -122,10 +123,11 @@ class ReduceScatterStage {
   const Spec s_;
   const DType t_;
   const Layout L_;
-  float* const acc_;
+  const DType sum_t_;
+  char* const acc_;
   FrameDamage& damage_;
   const size_t my_len_, my_enc_;
-  const float* own_ = nullptr;  // float32 input added by the first peer's decode (no load)
+  const char* own_ = nullptr;  // input of the sums' own dtype, added by the first peer's decode (no load)
   uint8_t* rbuf_ = nullptr;
   size_t next_ = 0;  // receives are consumed in the order they were posted
   std::vector<MPI_Request> rreq_, sreq_;
@@ -168,9 +170,9 @@ class AllgatherStage {
   Posted posted_r_{rreq_}, posted_s_{sreq_};
 };
 
-// What an allreduce's allgather stage sends of a part it reduced: acc holds the part's float32
-// sums (len elements, residual res), `mine` is the part's place in the output (dtype t). The
-// allgather sends the float32 sums (their residual: error feedback of the own part), or for
+// What an allreduce's allgather stage sends of a part it reduced: acc holds the part's sums
+// (len elements of dtype sum_t, residual res), `mine` is the part's place in the output (dtype
+// t). The allgather sends the float32 sums (their residual: error feedback of the own part), or for
 // a lossless codec the output's own part: a frame restores the bytes it was given, so the
 // reduced part is stored as the output first and gathered as it is. Uncompressed 16-bit
 // output travels as the 16-bit codec of its dtype, which carries it exactly.
@@ -181,6 +183,7 @@ struct ReducedPart {
   float* res;
   float scale;
 };
-ReducedPart reduced_part(Engine& e, Spec wire, DType t, float* acc, size_t len, float* res, void* mine, float scale);
+ReducedPart reduced_part(Engine& e, Spec wire, DType t, DType sum_t, void* acc, size_t len, float* res, void* mine,
+                         double scale);
 
 }  // namespace mpicomp

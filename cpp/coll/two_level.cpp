@@ -43,7 +43,7 @@ Layout placed(int parts, size_t len, size_t seg, F&& at) {
 }  // namespace
 
 void two_level_allreduce(const NodeLayout& N, Engine& e, const Tiling& T, const void* x, void* y, size_t count,
-                         float* res, float scale, FrameDamage& damage) {
+                         float* res, double scale, FrameDamage& damage) {
   const CommInfo in_ci(N.intra);
   const bool lane = N.local < N.lanes;
   std::optional<CommInfo> x_ci;
@@ -65,19 +65,19 @@ void two_level_allreduce(const NodeLayout& N, Engine& e, const Tiling& T, const 
   // while this tile's (c) is on the network card, and its (b) while this tile's (d) moves
   // inside the node; (a, b) use wire slots 2-3, (c, d) 0-1.
   std::optional<ReduceScatterStage> a, b;
-  float* node_sum = nullptr;  // (a)'s result: the node's sum of this rank's lane part
+  void* node_sum = nullptr;  // (a)'s result: the node's sum of this rank's lane part
   auto start_a = [&](const TileCut& c) {
     Links links(false);
-    node_sum = e.scratch_f32(0, c.in.len(in_ci.rank));
-    a.emplace(N.intra, in_ci, e, exact, T.dtype, c.in, xb + c.first * dts, nullptr, node_sum, damage, 2);
+    node_sum = e.scratch(0, c.in.len(in_ci.rank) * dtype_size(T.sum_t));
+    a.emplace(N.intra, in_ci, e, exact, T.dtype, c.in, xb + c.first * dts, nullptr, T.sum_t, node_sum, damage, 2);
   };
   auto start_b = [&](const TileCut& c) {
     a->finish();
     a.reset();
     if (!lane) return;
     Links links(true);
-    b.emplace(N.inter, *x_ci, e, T.wire, DType::f32, c.x, node_sum, res ? res + c.first + c.in.off[N.local] : nullptr,
-              e.scratch_f32(1, c.x.len(x_ci->rank)), damage, 2);
+    b.emplace(N.inter, *x_ci, e, T.wire, T.sum_t, c.x, node_sum, res ? res + c.first + c.in.off[N.local] : nullptr,
+              T.sum_t, e.scratch(1, c.x.len(x_ci->rank) * dtype_size(T.sum_t)), damage, 2);
   };
   TileCut cur = cut(0);
   start_a(cur);
@@ -87,9 +87,9 @@ void two_level_allreduce(const NodeLayout& N, Engine& e, const Tiling& T, const 
     std::optional<AllgatherStage> c;
     if (lane) {
       b->finish();
-      float* acc = e.scratch_f32(1, cur.x.len(x_ci->rank));
+      void* acc = e.scratch(1, cur.x.len(x_ci->rank) * dtype_size(T.sum_t));
       const size_t at = cur.first + cur.in.off[N.local] + cur.x.off[x_ci->rank];
-      ReducedPart p = reduced_part(e, T.wire, T.dtype, acc, cur.x.len(x_ci->rank), res ? res + at : nullptr,
+      ReducedPart p = reduced_part(e, T.wire, T.dtype, T.sum_t, acc, cur.x.len(x_ci->rank), res ? res + at : nullptr,
                                    yb + at * dts, scale);
       Links links(true);
       c.emplace(N.inter, *x_ci, e, p.out, p.st, cur.x, p.src, p.res, T.dtype, mine, p.scale, T.stream, damage);
@@ -118,16 +118,17 @@ void two_level_allreduce(const NodeLayout& N, Engine& e, const Tiling& T, const 
 bool two_level_blocks(const NodeLayout& N) { return N.hierarchical() && size_t(N.lanes * N.nodes) == N.node_of.size(); }
 
 void two_level_reduce_scatter(const NodeLayout& N, Engine& e, const Tiling& T, const void* x, void* y, size_t count,
-                              float* res, float scale, FrameDamage& damage) {
+                              float* res, double scale, FrameDamage& damage) {
   const CommInfo in_ci(N.intra), x_ci(N.inter);
   const auto M = members(N);
   const size_t dts = dtype_size(T.dtype);
-  // The node's float32 sums of the blocks this rank carries, node by node: S[m * count + i] is
+  const size_t as = dtype_size(T.sum_t);
+  // The node's sums (of acc_dtype) of the blocks this rank carries, node by node: S[m * count + i] is
   // element i of the block of the rank with this rank's index on node m. The residual is
   // indexed as S is.
-  float* S = e.scratch_f32(0, size_t(N.nodes) * count);
-  const bool into_y = T.dtype == DType::f32;  // float32 output is its own accumulator
-  float* acc = into_y ? nullptr : e.scratch_f32(1, std::min(T.seg, count));
+  char* S = static_cast<char*>(e.scratch(0, size_t(N.nodes) * count * as));
+  const bool into_y = T.sum_t == T.dtype;  // output of the sums' own dtype is their accumulator
+  void* acc = into_y ? nullptr : e.scratch(1, std::min(T.seg, count) * as);
   // Tile t (the same T.seg elements of every block): the node sums it inside the node (wire
   // slots 2-3) while tile t-1 crosses between nodes (slots 0-1).
   std::optional<ReduceScatterStage> b;
@@ -135,8 +136,8 @@ void two_level_reduce_scatter(const NodeLayout& N, Engine& e, const Tiling& T, c
   auto finish_b = [&] {
     b->finish();
     b.reset();
-    float* a = into_y ? static_cast<float*>(y) + b_first : acc;
-    if (!into_y || scale != 1.f) e.store(a, b_len, scale, T.dtype, static_cast<char*>(y) + b_first * dts);
+    void* a = into_y ? static_cast<char*>(y) + b_first * dts : acc;
+    if (!into_y || scale != 1.0) e.store(T.sum_t, a, b_len, scale, T.dtype, static_cast<char*>(y) + b_first * dts);
   };
   for (size_t first = 0; first < count; first += T.seg) {
     const size_t len = std::min(T.seg, count - first);
@@ -145,14 +146,14 @@ void two_level_reduce_scatter(const NodeLayout& N, Engine& e, const Tiling& T, c
       for (int m = 0; m < N.nodes; ++m)
         ReduceScatterStage(N.intra, in_ci, e, Spec{}, T.dtype,
                            placed(N.lanes, len, T.seg_none, [&](int j) { return size_t(M[m][j]) * count + first; }),
-                           x, nullptr, S + size_t(m) * count + first, damage, 2)
+                           x, nullptr, T.sum_t, S + (size_t(m) * count + first) * as, damage, 2)
             .finish();
     }
     if (b) finish_b();
     Links links(true);
-    b.emplace(N.inter, x_ci, e, T.wire, DType::f32,
-              placed(N.nodes, len, T.seg, [&](int m) { return size_t(m) * count + first; }), S, res,
-              into_y ? static_cast<float*>(y) + first : acc, damage, 0);
+    b.emplace(N.inter, x_ci, e, T.wire, T.sum_t,
+              placed(N.nodes, len, T.seg, [&](int m) { return size_t(m) * count + first; }), S, res, T.sum_t,
+              into_y ? static_cast<char*>(y) + first * dts : acc, damage, 0);
     b_first = first, b_len = len;
   }
   if (b) finish_b();

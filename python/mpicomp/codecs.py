@@ -10,7 +10,8 @@ the reduced sum), so its error is at most the sum of those stages' bounds. A blo
 a NaN or an Inf decodes to all NaN (it is never hidden). Every finite float32 block decodes
 finite and with its signs (a value may become zero, never change sign), tiny, subnormal and
 near-overflow blocks included; the bounds add ``2**-142`` for rounding on float32's subnormal
-grid. float64 is refused by every codec but ``none`` (they compute in float32).
+grid. float64 is refused by every lossy codec (they compute in float32); ``none`` and the
+lossless codecs carry it exactly and sum it in float64.
 """
 
 import importlib.util
@@ -75,10 +76,10 @@ class Codec:
 
     def check_dtype(self, dtype_name, argument="x"):
         """CodecError unless this codec carries arrays of this dtype (the core's rule, which
-        the collectives apply with their reductions': lossless frames sum in float32)."""
+        the collectives apply too: lossless codecs carry and sum float64, lossy ones do not)."""
         if dtype_name not in DTYPE_IDS:
             _core.unsupported_dtype(argument, dtype_name)
-        _core.check_combination(DTYPE_IDS[dtype_name], self.id, False, False, argument)
+        _core.check_combination(DTYPE_IDS[dtype_name], self.id, False, argument)
 
     def check_memory(self, on_device):
         """Raises BackendError when this codec cannot run on host (or device) buffers here."""

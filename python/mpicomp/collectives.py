@@ -27,8 +27,8 @@ _OUT_MODE = {ALLREDUCE: 0, REDUCE_SCATTER: 1, ALLGATHER: 2}  # collective_args: 
 
 DEFAULT_CODEC = "int8"
 """The codec of a call that names none (codec=None) when no variable names one: blockwise
-int8 for float32, float16 and bfloat16 arrays. float64 and integer arrays, which no codec
-compresses, always default to "none" (exact)."""
+int8 for float32, float16 and bfloat16 arrays. float64 and integer arrays, which int8 cannot
+carry, always default to "none" (exact; float64 may name a lossless codec, exact too)."""
 
 
 # The default codec of each collective (None: send and recv), from the environment as the
@@ -62,7 +62,7 @@ def _prepare(coll, comm, x, codec, out, error_feedback, op, out_mode, tell=None)
     pcomm, c, avg = spec_args(coll, comm, codec, op, tell)
     try:
         out, xptr, yptr, count, dt, stream = collective_args(x, out, out_mode, pcomm.Get_size())
-        _core.check_combination(dt, c.id, avg, coll != ALLGATHER)
+        _core.check_combination(dt, c.id, avg)
         c.check_memory(stream is not None)
         rptr = 0
         if error_feedback is not None:

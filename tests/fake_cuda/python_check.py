@@ -106,7 +106,8 @@ def collectives():
     expect({"nvcomp-lz4", "nvcomp-bitcomp", "nvcomp-ans"} <= set(codecs), f"nvcomp codecs available: {codecs}")
     for name, f, n_in, n_out in COLLECTIVES:
         for codec in codecs:
-            for dtype in (np.float32, np.float16):
+            # float64 with the lossless codecs, which sum it in float64 (on the host)
+            for dtype in (np.float32, np.float16) + ((np.float64,) if mpicomp.codec(codec).exact else ()):
                 for n, offset in ((1001, 0), (70001, 1)):
                     for op in ("sum", "avg") if name != "allgather" else (None,):
                         kw = {"op": op} if op else {}
@@ -126,7 +127,8 @@ def mixed():
     same call with host arrays everywhere."""
     for name, f, n_in, n_out in COLLECTIVES:
         for codec, dtype, n in (("none", np.float32, 100), ("none", np.float32, 70001), ("none", np.float16, 70001),
-                                ("int8", np.float32, 70001), ("fp16", np.float16, 1001), ("lz4", np.float32, 70001)):
+                                ("int8", np.float32, 70001), ("fp16", np.float16, 1001), ("lz4", np.float32, 70001),
+                                ("lz4", np.float64, 70001)):
             x = data(n * n_in, dtype, n)
             want = f(x, codec=codec)
             if rank == 0:

@@ -1,7 +1,7 @@
 """Lossless codecs lz4 and blosc (Blosc2; "lossless" is its defaults) in the collectives and
 send/recv: results as exact as codec none's (allgather and send/recv bit for bit, float64
-included; sums to float32 accumulation), identical on every rank, and codecs that run on GPU
-buffers only refused on host arrays by every rank."""
+included; float32 sums to float32 accumulation, float64 sums in float64), identical on every
+rank, and codecs that run on GPU buffers only refused on host arrays by every rank."""
 import numpy as np
 import pytest
 
@@ -72,6 +72,51 @@ def test_reduce_scatter(codec):
     comm.Allreduce(x.astype(np.float64), exact)
     mine = exact[comm.Get_rank() * k:(comm.Get_rank() + 1) * k]
     assert np.all(np.abs(y - mine) <= p * 2.0**-23 * (np.abs(mine) + 10))
+
+
+def float64_data(comm, n):
+    """float64 that float32 would round: magnitudes over 1e-250..1e250, runs of zeros, and
+    1 + a tail of 1e-13 per rank."""
+    g = rng(comm, n, "lossless64")
+    x = g.standard_normal(n) * 10.0 ** g.integers(-250, 250, n)
+    x[(np.arange(n) // 4096) % 3 == 1] = 0.0
+    x[::5] = 1 + 1e-13 * (comm.Get_rank() + 1)
+    return x
+
+
+def within_float64_rounding(comm, y, allx, rows):
+    """y against the sum of allx's rows (every rank's input, float64): a sum of p float64 terms
+    in any order is within (p - 1) roundings of the sum of their magnitudes of the exact one, as
+    is numpy's reference, so within twice that of it (float32 sums would be 2**29 times off)."""
+    exact = allx[:, rows].sum(0)
+    bound = 2 * (comm.Get_size() - 1) * 2.0**-53 * np.abs(allx[:, rows]).sum(0)
+    return np.all(np.abs(y - exact) <= bound)
+
+
+@pytest.mark.parametrize("kind", ["world", "split"])
+@lossless
+def test_float64_sums_in_float64(kind, codec):
+    """allreduce, its average and reduce_scatter of float64: float64 sums of the exact inputs
+    (lossless frames), bit for bit MPI's on two ranks (a + b in either order), the same bits on
+    every rank."""
+    comm = comm_of(kind)
+    p, r, k = comm.Get_size(), comm.Get_rank(), 100_003
+    x = float64_data(comm, p * k)
+    allx = np.stack(comm.allgather(x))
+    y = mpicomp.allreduce(x, comm=comm, codec=codec)
+    mean = mpicomp.allreduce(x, comm=comm, codec=codec, op="avg")
+    part = mpicomp.reduce_scatter(x, comm=comm, codec=codec)
+    assert y.dtype == mean.dtype == part.dtype == np.float64
+    assert within_float64_rounding(comm, y, allx, slice(None))
+    assert within_float64_rounding(comm, mean * p, allx, slice(None))
+    assert within_float64_rounding(comm, part, allx, slice(r * k, (r + 1) * k))
+    if p == 2:
+        want = np.empty_like(x)
+        comm.Allreduce(x, want)
+        assert np.array_equal(y, want) and np.array_equal(part, want[r * k:(r + 1) * k])
+    first = y.copy()
+    comm.Bcast(first, root=0)
+    assert y.tobytes() == first.tobytes()
 
 
 @lossless

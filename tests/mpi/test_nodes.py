@@ -311,6 +311,23 @@ def test_float64_and_uncompressed_stay_exact_on_nodes():
         assert np.all(np.abs(y - sum64(comm, x32)) <= (comm.size + 1) * 2.0**-24 * sum64(comm, np.abs(x32)))
 
 
+@pytest.mark.parametrize("coll", ["allreduce", "reduce_scatter"])
+def test_float64_lossless_sums_in_float64_on_nodes(coll):
+    """float64 with a lossless codec through the two levels: the node's exact sums and the
+    frames between nodes in float64, so within float64 rounding of the exact sum (float32 node
+    sums, as the lossy codecs take, would be 2**29 times further off)."""
+    for k in layouts():
+        comm = nodes_comm(k)
+        with config(min_bytes=0):
+            x = data(comm, 6 * 20_000, 10)
+            y = getattr(mpicomp, coll)(x, comm=comm, codec="lossless")
+        exact, magnitude = sum64(comm, x), sum64(comm, np.abs(x))
+        if coll == "reduce_scatter":
+            exact, magnitude = (v.reshape(comm.size, -1)[comm.rank] for v in (exact, magnitude))
+        bound = 2 * (comm.size - 1) * 2.0**-53 * magnitude  # p terms in any order, as the reference's
+        assert y.dtype == np.float64 and np.all(np.abs(y - exact) <= bound)
+
+
 @pytest.mark.parametrize("codec", ["int8", "none"])  # float32 "none" is two-level too on these nodes
 def test_a_stalled_rank_makes_the_others_raise(codec):
     """config.timeout_s on the two-level path: the ranks waiting for one that never arrives

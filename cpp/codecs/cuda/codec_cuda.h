@@ -14,9 +14,11 @@ bool available();
 
 void encode(Spec s, DType t, const void* x, size_t n, float* residual, uint8_t* out, void* stream);
 void decode(Spec s, DType t, const uint8_t* in, size_t n, float scale, void* y, void* stream);
-void decode_accumulate(Spec s, DType t, const uint8_t* in, size_t n, float* acc, void* stream);
-// y = acc * scale, stored as dtype t (CpuKernels::store on the GPU).
-void store(const float* acc, size_t n, float scale, DType t, void* y, void* stream);
+// acc (dtype sum_t: float32, or float64 for float64 elements as they are, codec none) += the
+// decoded elements.
+void decode_accumulate(Spec s, DType t, const uint8_t* in, size_t n, DType sum_t, void* acc, void* stream);
+// y = acc (dtype sum_t) * scale, stored as dtype t (host_store on the GPU).
+void store(DType sum_t, const void* acc, size_t n, double scale, DType t, void* y, void* stream);
 
 // Lossless frames (format.h) through nvCOMP (nvcomp.cpp), loaded at run time from `path`
 // (the pip package nvidia-libnvcomp-cu13 installs it). Returns "" once loaded, else why not.

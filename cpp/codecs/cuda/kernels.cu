@@ -183,6 +183,17 @@ __global__ void store_kernel(const float* acc, size_t n, float scale, DType t, v
     store_f32(y, t, i, acc[i] * scale);
 }
 
+// float64 sums (host_codec.cpp's add_f64 and host_store): acc += x, and y = acc * scale.
+__global__ void accumulate_f64_kernel(const double* x, size_t n, double* acc) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    acc[i] += x[i];
+}
+
+__global__ void store_f64_kernel(const double* acc, size_t n, double scale, double* y) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    y[i] = scale == 1.0 ? acc[i] : acc[i] * scale;
+}
+
 template <class... P, class... A>
 void launch(const char* what, void (*kernel)(P...), unsigned grid, cudaStream_t st, A... args) {
 #if defined(__CUDACC__)
@@ -236,15 +247,25 @@ void decode(Spec s, DType t, const uint8_t* in, size_t n, float scale, void* y, 
   launch("decode", decode_kernel, grid_for((n + 3) / 4), st, s, t, in, n, scale, y);
 }
 
-void decode_accumulate(Spec s, DType t, const uint8_t* in, size_t n, float* acc, void* stream) {
+void decode_accumulate(Spec s, DType t, const uint8_t* in, size_t n, DType sum_t, void* acc, void* stream) {
   if (n == 0) return;
-  launch("decode_accumulate", accumulate_kernel, grid_for((n + 3) / 4), static_cast<cudaStream_t>(stream), s, t, in,
-         n, acc);
+  const auto st = static_cast<cudaStream_t>(stream);
+  if (sum_t == DType::f32)
+    return launch("decode_accumulate", accumulate_kernel, grid_for((n + 3) / 4), st, s, t, in, n,
+                  static_cast<float*>(acc));
+  if (s.id != CodecId::none || t != DType::f64)
+    throw Error(ErrorKind::argument, "cuda decode_accumulate: float64 sums take float64 elements as they are");
+  launch("decode_accumulate", accumulate_f64_kernel, grid_for(n), st, reinterpret_cast<const double*>(in), n,
+         static_cast<double*>(acc));
 }
 
-void store(const float* acc, size_t n, float scale, DType t, void* y, void* stream) {
+void store(DType sum_t, const void* acc, size_t n, double scale, DType t, void* y, void* stream) {
   if (n == 0) return;
-  launch("store", store_kernel, grid_for(n), static_cast<cudaStream_t>(stream), acc, n, scale, t, y);
+  const auto st = static_cast<cudaStream_t>(stream);
+  if (sum_t == DType::f32)
+    return launch("store", store_kernel, grid_for(n), st, static_cast<const float*>(acc), n, float(scale), t, y);
+  if (t != DType::f64) throw Error(ErrorKind::argument, "cuda store: float64 sums are stored as float64");
+  launch("store", store_f64_kernel, grid_for(n), st, static_cast<const double*>(acc), n, scale, static_cast<double*>(y));
 }
 
 namespace {

@@ -60,7 +60,7 @@ def _time(fn, iters, warmup, comm):
 
 
 # Relative rounding of a float32 sum stored in the result's dtype (a few roundings' worth).
-_ROUNDING = {"float32": 1e-5, "float16": 2.0**-10, "bfloat16": 2.0**-7}
+_ROUNDING = {"float32": 1e-5, "float16": 2.0**-10, "bfloat16": 2.0**-7, "float64": 2.0**-48}
 
 
 def _bound(op, xs, exact, c, comm, dtype):
@@ -131,7 +131,7 @@ def run(args, comm=MPI.COMM_WORLD):
     if "gloo" in compare and not op.gloo:
         compare.remove("gloo")
         notes.append(f"--compare gloo: left out, torch's gloo has no {op.name} on CPU")
-    if "mpi" in compare and args.dtype != "float32" and op.name != "allgather":
+    if "mpi" in compare and args.dtype not in ("float32", "float64") and op.name != "allgather":
         compare.remove("mpi")
         notes.append(f"--compare mpi: left out, MPI has no {args.dtype} reduction")
     # gloo runs in a pass of its own, after the others: its threads keep cores busy for a
@@ -149,7 +149,7 @@ def run(args, comm=MPI.COMM_WORLD):
     out = report.Report(args, comm, op.name, notes, {c: COLLECTIVE_PEERS[c] for c in compare},
                         extra=[("Bound(us)", 12, ".1f", "bound_us"), ("%Bound", 8, ".0f", "pct_of_bound")])
     failures, cache = 0, {}
-    itemsize = 4 if args.dtype == "float32" else 2
+    itemsize = inputs.ITEMSIZE[args.dtype]
     for impls in passes:
         names = ", ".join(what if kind == "peer" else _label(*what) for kind, what in impls)
         for index, nbytes in enumerate(args.sizes):

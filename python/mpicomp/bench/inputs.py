@@ -2,7 +2,8 @@
 import numpy as np
 
 KINDS = ("normal", "sparse", "relu", "random", "osu", "subnormal")
-DTYPES = ("float32", "float16", "bfloat16")
+DTYPES = ("float32", "float16", "bfloat16", "float64")
+ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
 
 
 def make(kind, n, seed):
@@ -38,8 +39,8 @@ def typed(x, dtype):
     bfloat16 is a torch tensor (numpy has no bfloat16), its bytes seen as float16."""
     if dtype == "float32":
         return x, x
-    if dtype == "float16":
-        x = x.astype(np.float16)
+    if dtype in ("float16", "float64"):
+        x = x.astype(dtype)
         return x, x
     import torch
 

@@ -92,15 +92,16 @@ def test_iallreduce_on_the_gpu():
 
 @pytest.mark.skipif(not mpicomp.codecs.nvcomp_loaded(), reason="needs nvCOMP (pip install 'mpicomp[cuda]')")
 @pytest.mark.parametrize("codec", ["nvcomp-lz4", "nvcomp-bitcomp", "nvcomp-ans"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
 def test_lossless_collectives_match_the_host_lz4(codec, dtype):
     """The same frames' contents whatever the codec: the sums match the host's lz4 path bit
-    for bit (same order of additions), the gathers are the inputs themselves."""
+    for bit (same order of additions; float64 summed in float64), the gathers are the inputs
+    themselves."""
     x = data(300_001, dtype)
     x[(torch.arange(x.numel()) // 4096) % 3 != 0] = 0
     check(mpicomp.allreduce(x.cuda(), codec=codec), mpicomp.allreduce(x, codec="lz4"), codec)
     check(mpicomp.allgather(x.cuda(), codec=codec), mpicomp.allgather(x, codec="none"), codec)
-    x = data(70_000 * WORLD.size)
+    x = data(70_000 * WORLD.size, dtype)
     check(mpicomp.reduce_scatter(x.cuda(), codec=codec), mpicomp.reduce_scatter(x, codec="lz4"), codec)
 
 
