@@ -118,6 +118,19 @@ def test_16_bit_data_checked_against_float64(tmp_path, dtype, op):
         assert by["lossless"]["max_rel_error"] == 0 and by["none"]["max_rel_error"] == 0
 
 
+def test_float64_with_lossless_codecs_beside_mpis_float64_sum(tmp_path):
+    """--dtype float64: the lossless codecs' sums are float64 ones (within float64 rounding of
+    the exact sum: -c), beside MPI's own float64 allreduce."""
+    out = tmp_path / "r.json"
+    r = bench("allreduce", "-m", "256K:256K", "-i", "2", "--rounds", "1", "-c", "--dtype", "float64", "--data",
+              "sparse", "--codec", "none,lz4,lossless", "--compare", "mpi", "--json", str(out), n=2)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    recs = json.loads(out.read_text())
+    assert {x["dtype"] for x in recs} == {"float64"} and {x["impl"] for x in recs} == {"mpi", "mpicomp"}
+    by = {x["codec"]: x for x in recs if x["impl"] == "mpicomp"}
+    assert by["lossless"]["ratio"] > 3 and all(x["max_rel_error"] < 1e-14 for x in by.values())
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_validation_catches_a_wrong_16_bit_result(dtype):
     r = bench("allreduce", "-m", "128K:128K", "-i", "2", "--rounds", "1", "-c", "--codec", "int8", "--dtype", dtype,
