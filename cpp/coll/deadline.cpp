@@ -70,8 +70,6 @@ bool oversubscribed() {
   return over;
 }
 
-// Whether a wait can be MPI's own blocking one: no deadline to check, and a core to spin on.
-bool mpi_waits() { return !t_timed && !oversubscribed(); }
 
 // Polls `test` until it reports progress or the deadline (if any) passes. A wait that has not
 // completed within kSpin sleeps between polls, kNap longer each time up to kMaxNap: a rank
@@ -202,7 +200,8 @@ void wait_all(int n, MPI_Request* r, const char* what) {
   });
 }
 
-bool under_deadline() { return t_timed; }
+// Whether a wait can be MPI's own blocking one: no deadline to check, and a core to spin on.
+bool mpi_waits() { return !t_timed && !oversubscribed(); }
 
 void wait_collectives(mpic::Requests& rs, const char* what) {
   const int n = int(rs.size());

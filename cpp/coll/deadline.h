@@ -58,15 +58,17 @@ double timeout_of(MPI_Comm comm, double configured);
 bool timed_out(MPI_Comm comm);
 
 // Runs call(rs), one of MPI's own collectives (mpi_count.h): blocking (rs null), as fast as
-// MPI has it, unless the current call has a deadline; then started nonblocking and polled
-// until it. A collective's requests can be neither cancelled nor freed (MPI): on a timeout
-// they are left as they are, and their buffers may still be written, so the caller's must
-// outlive the failed call (the Python layer keeps them: mpicomp/collectives.py).
-bool under_deadline();
+// MPI has it, unless the current call has a deadline or the node's ranks outnumber its cores
+// (mpi_waits); then started nonblocking and polled, yielding the core to the rank waited for
+// (3 ranks on 2 cores, tests/fake_cuda's engine check: 68 s spinning in MPI's blocking
+// calls, 1.x s polled). A collective's requests can be neither cancelled nor freed (MPI): on
+// a timeout they are left as they are, and their buffers may still be written, so the
+// caller's must outlive the failed call (the Python layer keeps them: mpicomp/collectives.py).
+bool mpi_waits();
 void wait_collectives(mpic::Requests& rs, const char* what);
 template <class Call>
 void mpi_collective(const char* what, Call call) {
-  if (!under_deadline()) return call(nullptr);
+  if (mpi_waits()) return call(nullptr);
   mpic::Requests rs;
   call(&rs);
   wait_collectives(rs, what);

@@ -61,9 +61,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!frame.empty()) std::memcpy(frame.data(), data, std::min(size, frame.size()));
   std::vector<uint8_t> y(n * dtype_size(t));
   const bool ok = decodes(lossless, [&] { host_decode(s, t, frame.data(), n, 1.f, y.data()); });
-  if (is_float(t) && t != DType::f64) {
-    std::vector<float> acc(n);
-    decodes(lossless, [&] { host_decode_accumulate(s, t, frame.data(), n, acc.data()); });
+  if (is_float(t) && (t != DType::f64 || lossless)) {  // float64 sums: lossless frames', in float64
+    const DType sum_t = acc_dtype(s.id, t);
+    std::vector<uint8_t> acc(n * dtype_size(sum_t));
+    decodes(lossless, [&] { host_decode_accumulate(s, t, frame.data(), n, sum_t, acc.data()); });
   }
   if (lossless && ok) {
     std::vector<uint8_t> again(encoded_bytes(s, t, n)), back(y.size());
