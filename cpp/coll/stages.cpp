@@ -118,8 +118,9 @@ ReduceScatterStage::ReduceScatterStage(MPI_Comm c, const CommInfo& ci, Engine& e
       irecv(rbuf_ + size_t(d - 1) * my_enc_ + segment_offset(s, t, L.seg, k),
             encoded_bytes(s, t, seg_len(my_len_, L.seg, k)), (r - d + p) % p, kTagRS, c, &rreq_[k * (p - 1) + d - 1]);
 
-  // float32 input without a residual is not copied into acc first: the first peer's decode
-  // adds its part onto x's (x + decoded, the same sum in one pass less). Alone (a node of one
+  // Input of the sums' own dtype (float32; float64 on an exact wire) without a residual is
+  // not copied into acc first: the first peer's decode adds its part onto x's (x + decoded,
+  // the same sum in one pass less). Alone (a node of one
   // rank in a two-level call) there is no peer to do it.
   const char* mine = at<char>(x, L.pos(r) * dts);
   own_ = t == sum_t && !res && p > 1 ? mine : nullptr;
