@@ -52,6 +52,25 @@ def test_roundtrip_is_exact(codec, dtype, n, kind):
     assert y.tobytes() == x.tobytes()
 
 
+@pytest.mark.parametrize("codec", ["lz4", "lossless"])
+def test_float64_frames_accumulate_in_float64(codec):
+    """What a reduction does with a received float64 frame: base + its values in float64, so
+    a 1e-13 tail on 1.0 (which float32 drops) and magnitudes beyond float32's range are kept."""
+    from mpicomp import _core
+    from mpicomp._dtypes import DTYPE_IDS
+
+    c = mpicomp.codec(codec)
+    n = 100_003
+    x = gradient_like(n, np.float64, 1) * 1e300
+    x[::3] = 1e-13
+    base = np.ones(n)
+    frame = c.encode(x)
+    acc = np.full(n, np.nan)
+    _core.decode_accumulate(c.id, c.block, DTYPE_IDS["float64"], frame.ctypes.data, n, acc.ctypes.data,
+                            base.ctypes.data)
+    assert acc.tobytes() == (base + x).tobytes()
+
+
 def test_bfloat16_roundtrip_is_exact():
     x = torch.from_numpy(gradient_like(100_000)).to(torch.bfloat16)
     raw = x.view(torch.int16).numpy()

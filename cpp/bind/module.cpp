@@ -289,10 +289,13 @@ PYBIND11_MODULE(_core, m) {
   m.def("decode_accumulate", [](int codec, uint32_t block, int dtype, uintptr_t in, size_t n, uintptr_t acc,
                                  uintptr_t base) {
     py::gil_scoped_release nogil;
-    host_decode_accumulate(Spec{CodecId(codec), block}, DType(dtype), ptr<uint8_t>(in), n, DType::f32, ptr<float>(acc),
-                           ptr<float>(base));
+    const Spec s{CodecId(codec), block};
+    host_decode_accumulate(s, DType(dtype), ptr<uint8_t>(in), n, acc_dtype(s.id, DType(dtype)), ptr<void>(acc),
+                           ptr<void>(base));
   }, py::arg("codec"), py::arg("block"), py::arg("dtype"), py::arg("in"), py::arg("n"), py::arg("acc"),
-     py::arg("base") = 0, "acc = base + decoded (base 0: acc += decoded)");
+     py::arg("base") = 0,
+     "acc = base + decoded (base 0: acc += decoded), in what the collectives sum in: float32, or float64 for float64 "
+     "through none or a lossless codec");
   m.def("cpu_targets", &cpu_targets, "SIMD targets this CPU supports, best first");
   m.def("cpu_target", [] { return std::string(cpu_kernels().target); });
   m.def("set_cpu_target", &set_cpu_target);

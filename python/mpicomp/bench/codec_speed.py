@@ -26,11 +26,13 @@ def _best(fn, repeats, sync=None):
 def kernels(c, x, dtype=None, stream=False):
     """Codec c's encode, decode and decode-accumulate of numpy array x, as calls of no
     arguments on buffers made once (x holds dtype's bytes, default x's own dtype; the
-    accumulator is float32; stream: decode with streaming stores, as the collectives decode
-    outputs of _core.STREAM_BYTES and more)."""
+    accumulator is what the collectives sum in: float64 for float64 through an exact codec,
+    else float32; stream: decode with streaming stores, as the collectives decode outputs of
+    _core.STREAM_BYTES and more)."""
     dtype = dtype or x.dtype.name
     n, t = x.size, DTYPE_IDS[dtype]
-    buf, y, acc = np.empty(c.encoded_bytes(n, dtype), np.uint8), np.empty_like(x), np.zeros(n, np.float32)
+    acc = np.zeros(n, np.float64 if dtype == "float64" and c.exact else np.float32)
+    buf, y = np.empty(c.encoded_bytes(n, dtype), np.uint8), np.empty_like(x)
     _core.encode(c.id, c.block, t, x.ctypes.data, n, 0, buf.ctypes.data)
     return (lambda: _core.encode(c.id, c.block, t, x.ctypes.data, n, 0, buf.ctypes.data),
             lambda: _core.decode(c.id, c.block, t, buf.ctypes.data, n, 1.0, y.ctypes.data, stream),
