@@ -18,6 +18,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import _core, allgather, allreduce, auto, config, node_layout, reduce_scatter, stats
+from .._dtypes import ITEMSIZE
 from . import bound, inputs, report
 from .options import COLLECTIVE_PEERS, iterations, iterations_note
 
@@ -149,7 +150,7 @@ def run(args, comm=MPI.COMM_WORLD):
     out = report.Report(args, comm, op.name, notes, {c: COLLECTIVE_PEERS[c] for c in compare},
                         extra=[("Bound(us)", 12, ".1f", "bound_us"), ("%Bound", 8, ".0f", "pct_of_bound")])
     failures, cache = 0, {}
-    itemsize = inputs.ITEMSIZE[args.dtype]
+    itemsize = ITEMSIZE[args.dtype]
     for impls in passes:
         names = ", ".join(what if kind == "peer" else _label(*what) for kind, what in impls)
         for index, nbytes in enumerate(args.sizes):

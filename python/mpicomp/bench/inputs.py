@@ -3,7 +3,6 @@ import numpy as np
 
 KINDS = ("normal", "sparse", "relu", "random", "osu", "subnormal")
 DTYPES = ("float32", "float16", "bfloat16", "float64")
-ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
 
 
 def make(kind, n, seed):
