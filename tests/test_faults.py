@@ -1,10 +1,11 @@
 """Issue 35's fault tests: a rank killed (SIGKILL) or stalled (SIGSTOP) halfway through a step of
 ZeRO1, ACCO, AMSP, DiLoCo (with and without overlap), DDP over the "mpicomp" backend, an
-interposed MPI_Allreduce, or codec auto's measurement of a communicator, at 2 and 3 ranks: every other rank raises a typed error within the
-timeout and a few seconds, and none hangs: CommTimeoutError, or BackendError where MPI
-reports the lost rank first; through DDP, torch's RuntimeError naming that class; when
-interposed, MPI_ERR_OTHER through the communicator's error handler. Each job is started by this test
-(tests/faults/program.py is one rank), which ends it once the survivors have reported."""
+interposed MPI_Allreduce, or codec auto's measurement of a communicator, at 2 and 3 ranks:
+every other rank raises a typed error within the timeout and a few seconds, and none hangs:
+CommTimeoutError, or BackendError where MPI reports the lost rank first; through DDP, torch's
+RuntimeError naming that class; when interposed, MPI_ERR_OTHER through the communicator's
+error handler. Each job is started by this test (tests/faults/program.py is one rank), which
+ends it once the survivors have reported."""
 import json
 import os
 import signal

@@ -70,7 +70,6 @@ bool oversubscribed() {
   return over;
 }
 
-
 // Polls `test` until it reports progress or the deadline (if any) passes. A wait that has not
 // completed within kSpin sleeps between polls, kNap longer each time up to kMaxNap: a rank
 // waiting for one that is late, or gone, does not hold a core for the whole timeout (30

@@ -61,7 +61,7 @@ bool timed_out(MPI_Comm comm);
 // MPI has it, unless the current call has a deadline or the node's ranks outnumber its cores
 // (mpi_waits); then started nonblocking and polled, yielding the core to the rank waited for
 // (3 ranks on 2 cores, tests/fake_cuda's engine check: 68 s spinning in MPI's blocking
-// calls, 1.x s polled). A collective's requests can be neither cancelled nor freed (MPI): on
+// calls, 2.7 s polled). A collective's requests can be neither cancelled nor freed (MPI): on
 // a timeout they are left as they are, and their buffers may still be written, so the
 // caller's must outlive the failed call (the Python layer keeps them: mpicomp/collectives.py).
 bool mpi_waits();

@@ -78,7 +78,7 @@ ReducedPart reduced_part(Engine& e, Spec wire, DType t, DType sum_t, void* acc, 
   if (is_lossless(wire.id)) {
     e.store(sum_t, acc, len, scale, t, mine);
     p.st = t, p.src = mine, p.res = nullptr, p.scale = 1.f;
-  } else if (p.out.id != wire.id && scale != 1.f) {
+  } else if (p.out.id != wire.id && scale != 1.0) {
     // Divide before the one rounding to the output dtype, or an average is rounded twice
     // (the sum to fp16/bf16, then the quotient).
     e.store(sum_t, acc, len, scale, sum_t, acc);
@@ -120,8 +120,8 @@ ReduceScatterStage::ReduceScatterStage(MPI_Comm c, const CommInfo& ci, Engine& e
 
   // Input of the sums' own dtype (float32; float64 on an exact wire) without a residual is
   // not copied into acc first: the first peer's decode adds its part onto x's (x + decoded,
-  // the same sum in one pass less). Alone (a node of one
-  // rank in a two-level call) there is no peer to do it.
+  // the same sum in one pass less). Alone (a node of one rank in a two-level call) there is
+  // no peer to do it.
   const char* mine = at<char>(x, L.pos(r) * dts);
   own_ = t == sum_t && !res && p > 1 ? mine : nullptr;
   if (!own_ && my_len_) e.load(t, mine, my_len_, res ? res + L.pos(r) : nullptr, sum_t, acc);  // none: a rank past the lanes

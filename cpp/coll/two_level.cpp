@@ -123,9 +123,9 @@ void two_level_reduce_scatter(const NodeLayout& N, Engine& e, const Tiling& T, c
   const auto M = members(N);
   const size_t dts = dtype_size(T.dtype);
   const size_t as = dtype_size(T.sum_t);
-  // The node's sums (of acc_dtype) of the blocks this rank carries, node by node: S[m * count + i] is
-  // element i of the block of the rank with this rank's index on node m. The residual is
-  // indexed as S is.
+  // The node's sums (dtype T.sum_t) of the blocks this rank carries, node by node: S[m * count
+  // + i] is element i of the block of the rank with this rank's index on node m. The residual
+  // is indexed as S is.
   char* S = static_cast<char*>(e.scratch(0, size_t(N.nodes) * count * as));
   const bool into_y = T.sum_t == T.dtype;  // output of the sums' own dtype is their accumulator
   void* acc = into_y ? nullptr : e.scratch(1, std::min(T.seg, count) * as);
