@@ -33,15 +33,15 @@ def test_preload_library_is_installed():
 
 
 @pytest.mark.parametrize("n,codec", [(3, c) for c in ("off", "none", "fp16", "bf16", "int8", "int4", "sign", "lz4", "lossless",
-                                                    "blosc:cname=lz4,filter=shuffle,clevel=3")]
-                         + [(2, "off"), (2, "int8"), (2, "sign")])
+                                                    "blosc:cname=lz4,filter=shuffle,clevel=3", "bound:abs=1e-2")]
+                         + [(2, "off"), (2, "int8"), (2, "sign"), (2, "bound:abs=1e-3")])
 def test_c_program_results_within_codec_bounds(program, n, codec):
     r = mpiexec(n, program, codec, MPICOMP_CODEC=codec, MPICOMP_DTYPES="float,double")  # its doubles' bounds too
     assert r.returncode == 0 and f"{codec}: 0 failed checks" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
 
 
 @pytest.mark.parametrize("rpn", ["2", "3"])  # 4 ranks as 2 nodes of 2, and as 3 + 1
-@pytest.mark.parametrize("codec", ["int8", "sign", "lossless"])
+@pytest.mark.parametrize("codec", ["int8", "sign", "lossless", "bound:abs=1e-3"])
 def test_c_program_on_emulated_nodes(program, rpn, codec):
     """MPICOMP_RANKS_PER_NODE makes the interposer's collectives two-level (allreduce on any
     nodes, reduce_scatter and allgather on nodes of equal size): results within the codec's

@@ -101,8 +101,10 @@ void check_combination(int dt, int codec, bool avg, const std::string& name) {
                                       "' compresses floating-point data only, but " + name + " has dtype " +
                                       dtype_name(DType(dt)) + "; use codec='none' for integer arrays");
   // Lossy codecs quantise in float32, which would round float64 or overflow it to inf.
-  // Lossless frames move float64 exactly, and reductions sum it in float64 (format.h: acc_dtype).
-  if (dt == int(DType::f64) && codec != int(CodecId::none) && !is_lossless(CodecId(codec)))
+  // Lossless frames move float64 exactly, and reductions sum it in float64 (format.h: acc_dtype),
+  // as codec bound does, which computes in float64.
+  if (dt == int(DType::f64) && codec != int(CodecId::none) && !is_lossless(CodecId(codec)) &&
+      codec != int(CodecId::bound))
     throw Error(ErrorKind::codec, std::string("codec '") + codec_name(CodecId(codec)) +
                                       "' computes in float32, but " + name + " has dtype float64, whose values it "
                                       "would round (or overflow to inf); use codec='none' or a lossless codec for "

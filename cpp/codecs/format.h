@@ -42,15 +42,15 @@ namespace mpicomp {
 enum class DType : uint8_t { f32 = 0, f16 = 1, bf16 = 2, f64 = 3, i8 = 4, u8 = 5, i16 = 6, i32 = 7, i64 = 8 };
 constexpr int kDTypes = 9;
 enum class CodecId : uint8_t {
-  none = 0, fp16 = 1, bf16 = 2, int8 = 3, int4 = 4, sign = 5, lz4 = 6, blosc = 7, bitcomp = 8, ans = 9
+  none = 0, fp16 = 1, bf16 = 2, int8 = 3, int4 = 4, sign = 5, lz4 = 6, blosc = 7, bitcomp = 8, ans = 9, bound = 10
 };
 
-// Spec names (as mpicomp.codec() takes them) by CodecId; the last two run on GPUs only, and
-// blosc on host memory only.
-constexpr int kCodecs = 10, kHostCodecs = 8;
+// Spec names (as mpicomp.codec() takes them) by CodecId. bitcomp and ans run on GPUs only
+// (device_only), blosc and bound on host memory only.
+constexpr int kCodecs = 11;
 inline const char* codec_name(CodecId c) {
   static const char* names[kCodecs] = {"none", "fp16", "bf16", "int8", "int4", "sign", "lz4", "blosc", "nvcomp-bitcomp",
-                                       "nvcomp-ans"};
+                                       "nvcomp-ans", "bound"};
   return int(c) < kCodecs ? names[int(c)] : "unknown";
 }
 
@@ -83,12 +83,19 @@ inline const char* dtype_name(DType t) {
   return int(t) < kDTypes ? names[int(t)] : "unknown";
 }
 MPICOMP_HD bool is_blockwise(CodecId c) { return c == CodecId::int8 || c == CodecId::int4 || c == CodecId::sign; }
-MPICOMP_HD bool is_lossless(CodecId c) { return c >= CodecId::lz4; }
+MPICOMP_HD bool is_lossless(CodecId c) { return c >= CodecId::lz4 && c <= CodecId::ans; }
+// Codecs whose frames a decoder checks (a damaged one raises a codec Error): the lossless
+// codecs and bound (whose codes are a lossless frame).
+MPICOMP_HD bool is_framed(CodecId c) { return is_lossless(c) || c == CodecId::bound; }
+MPICOMP_HD bool device_only(CodecId c) { return c == CodecId::bitcomp || c == CodecId::ans; }
 // What a reduction of dtype t with codec `wire` sums in: float64 in float64 where the wire
 // carries it exactly (none, and the lossless codecs, whose frames restore it), float32 for
-// everything else (the lossy codecs quantise in float32; 16-bit floats are widened).
+// everything else (the lossy codecs quantise in float32; 16-bit floats are widened), except
+// codec bound, which sums every dtype in float64: its error budget (bound.h) then loses
+// nothing to the sums' rounding.
 MPICOMP_HD DType acc_dtype(CodecId wire, DType t) {
-  return t == DType::f64 && (wire == CodecId::none || is_lossless(wire)) ? DType::f64 : DType::f32;
+  return wire == CodecId::bound || (t == DType::f64 && (wire == CodecId::none || is_lossless(wire))) ? DType::f64
+                                                                                                     : DType::f32;
 }
 MPICOMP_HD size_t frame_align(size_t b) { return (b + kFrameAlign - 1) / kFrameAlign * kFrameAlign; }
 MPICOMP_HD size_t frame_chunks(size_t raw) { return (raw + kChunkBytes - 1) / kChunkBytes; }
@@ -119,11 +126,21 @@ inline size_t frame_bytes(const uint8_t* f, size_t raw) {
   return pos < cap ? pos : cap;
 }
 
+// Codec bound (bound.h): a 16-byte head (the step, the codes' width), a bit per chunk of
+// codes (1: the chunk holds differences of neighbours' codes), padded to kFrameAlign, then a
+// lossless frame of the codes (4 or 8 bytes each). The largest: 8-byte codes, whatever the
+// dtype, so that a frame encoded from float64 sums decodes into float32 output.
+constexpr size_t kBoundHead = 16;
+MPICOMP_HD size_t bound_head_bytes(size_t code_bytes) { return kBoundHead + frame_align((frame_chunks(code_bytes) + 7) / 8); }
+MPICOMP_HD size_t bound_frame_bound(size_t n) { return bound_head_bytes(8 * n) + frame_bound(8 * n); }
+
 // Encoded size of n elements of dtype t: exact for lossy codecs (their output is never
-// padded), the largest a frame can be for lossless ones (what a receiver makes room for).
+// padded), the largest a frame can be for lossless ones and bound (what a receiver makes
+// room for).
 MPICOMP_HD size_t encoded_bytes(Spec s, DType t, size_t n) {
   switch (s.id) {
     case CodecId::none: return n * dtype_size(t);
+    case CodecId::bound: return n ? bound_frame_bound(n) : 0;
     case CodecId::lz4: case CodecId::blosc: case CodecId::bitcomp: case CodecId::ans: return frame_bound(n * dtype_size(t));
     case CodecId::fp16: case CodecId::bf16: return 2 * n;
     default: {

@@ -7,6 +7,7 @@
 #include <immintrin.h>
 #endif
 
+#include "bound.h"
 #include "errors.h"
 #include "codec.h"
 #include "lossless.h"
@@ -54,6 +55,9 @@ uint8_t* at(void* p, size_t bytes) { return static_cast<uint8_t*>(p) + bytes; }
 }  // namespace
 
 size_t host_encode(Spec s, DType t, const void* x, size_t n, float* residual, uint8_t* out) {
+  // Codec bound keeps its bound in every call: error feedback does not apply (its residual
+  // is left as it is).
+  if (s.id == CodecId::bound) return bound_encode(s, t, x, n, out);
   if (is_lossless(s.id)) return host_frame_encode(s, dtype_size(t), static_cast<const uint8_t*>(x), n * dtype_size(t), out);
   const CpuKernels& k = cpu_kernels();
   in_ranges(s, n, [&](size_t first, size_t len) {
@@ -68,6 +72,7 @@ void require_unscaled(float scale) {
 }
 
 void host_decode(Spec s, DType t, const uint8_t* in, size_t n, float scale, void* y, bool stream) {
+  if (s.id == CodecId::bound) return bound_decode(in, n, scale, t, y);
   if (!is_lossless(s.id)) {
     const CpuKernels& k = cpu_kernels();
     if (stream && t == DType::f32) {
@@ -94,10 +99,14 @@ void host_decode(Spec s, DType t, const uint8_t* in, size_t n, float scale, void
 
 namespace {
 
-// acc = base + x in float64: float64 elements as they were sent, or as a lossless frame restored them.
-void add_f64(const double* base, const double* x, size_t n, double* acc) {
+// acc = base + x in float64: float64 elements as they were sent, or as a lossless frame
+// restored them, or (t other than float64: codec bound's sums) any float dtype, widened.
+void add_f64(const double* base, DType t, const void* x, size_t n, double* acc) {
   in_ranges(Spec{}, n, [&](size_t first, size_t len) {
-    for (size_t i = first; i < first + len; ++i) acc[i] = base[i] + x[i];
+    if (t == DType::f64)
+      for (size_t i = first; i < first + len; ++i) acc[i] = base[i] + static_cast<const double*>(x)[i];
+    else
+      for (size_t i = first; i < first + len; ++i) acc[i] = base[i] + double(load_f32(x, t, i));
   });
 }
 
@@ -105,12 +114,13 @@ void add_f64(const double* base, const double* x, size_t n, double* acc) {
 
 void host_decode_accumulate(Spec s, DType t, const uint8_t* in, size_t n, DType sum_t, void* acc_, const void* base_) {
   if (!base_) base_ = acc_;
+  if (s.id == CodecId::bound) return bound_decode_accumulate(in, n, sum_t, acc_, base_);
+  // Exact input of any float dtype adds to float64 sums (codec bound's).
+  if (sum_t == DType::f64 && s.id == CodecId::none && is_float(t))
+    return add_f64(static_cast<const double*>(base_), t, in, n, static_cast<double*>(acc_));
   if (sum_t != acc_dtype(s.id, t) && sum_t != DType::f32)
     throw Error(ErrorKind::argument, std::string("codec '") + codec_name(s.id) + "' cannot sum " + dtype_name(t) +
                                          " in " + dtype_name(sum_t));
-  if (sum_t == DType::f64 && s.id == CodecId::none)
-    return add_f64(static_cast<const double*>(base_), reinterpret_cast<const double*>(in), n,
-                   static_cast<double*>(acc_));
   float* acc = static_cast<float*>(acc_);
   const float* base = static_cast<const float*>(base_);
   if (!is_lossless(s.id)) {
@@ -124,8 +134,7 @@ void host_decode_accumulate(Spec s, DType t, const uint8_t* in, size_t n, DType 
   host_frame_decode(s, in, raw.size(), raw.data());
   const uint8_t* bytes = raw.data();  // not `raw` in the lambda: that names each worker's own
   if (sum_t == DType::f64)
-    return add_f64(static_cast<const double*>(base_), reinterpret_cast<const double*>(bytes), n,
-                   static_cast<double*>(acc_));
+    return add_f64(static_cast<const double*>(base_), t, bytes, n, static_cast<double*>(acc_));
   const CpuKernels& k = cpu_kernels();
   in_ranges(Spec{}, n, [&](size_t first, size_t len) {
     k.decode_accumulate(Spec{}, t, bytes + first * dtype_size(t), len, base + first, acc + first);
@@ -134,11 +143,13 @@ void host_decode_accumulate(Spec s, DType t, const uint8_t* in, size_t n, DType 
 
 void host_store(DType sum_t, const void* acc, size_t n, double scale, DType t, void* y) {
   if (sum_t == DType::f32) return cpu_kernels().store(static_cast<const float*>(acc), n, float(scale), t, y);
-  if (t != DType::f64) throw Error(ErrorKind::argument, std::string("float64 sums stored as ") + dtype_name(t));
+  // float64 sums: of float64 data, or codec bound's of any float dtype, rounded once to it.
   const double* a = static_cast<const double*>(acc);
-  double* out = static_cast<double*>(y);
   in_ranges(Spec{}, n, [&](size_t first, size_t len) {
-    for (size_t i = first; i < first + len; ++i) out[i] = scale == 1.0 ? a[i] : a[i] * scale;
+    if (t == DType::f64)
+      for (size_t i = first; i < first + len; ++i) static_cast<double*>(y)[i] = scale == 1.0 ? a[i] : a[i] * scale;
+    else
+      for (size_t i = first; i < first + len; ++i) store_f32(y, t, i, float(saturated(a[i] * scale, t)));
   });
 }
 

@@ -11,7 +11,8 @@ namespace mpicomp {
 
 // Encodes n elements of x into out (room for encoded_bytes(s, t, n)); returns the bytes
 // written: encoded_bytes exactly for lossy codecs, the frame's size for lossless ones.
-// residual: see CpuKernels::encode (lossless codecs drop nothing and take none).
+// residual: see CpuKernels::encode (lossless codecs drop nothing and take none; bound keeps
+// its bound in every call and leaves it as it is).
 size_t host_encode(Spec s, DType t, const void* x, size_t n, float* residual, uint8_t* out);
 // Decodes n elements into y, times scale (1 for lossless codecs, which restore the bytes).
 // A frame never makes the decoder read past encoded_bytes(s, t, n) or write past y's n

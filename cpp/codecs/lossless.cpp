@@ -91,7 +91,7 @@ size_t chunk_len(size_t raw, size_t i) { return std::min(kChunkBytes, raw - i * 
 // Blosc2's shuffle + zstd compresses in about 0.1-1 ms, far above a hand-off's cost.
 constexpr size_t kMinChunks = 4;
 
-size_t host_frame_encode(Spec s, size_t typesize, const uint8_t* x, size_t raw, uint8_t* out) {
+size_t host_frame_encode(Spec s, size_t typesize, size_t raw, uint8_t* out, const ChunkSource& chunk) {
   if (s.id != CodecId::lz4 && s.id != CodecId::blosc) gpu_only(s.id);
   const size_t m = frame_chunks(raw);
   if (!m) return 0;  // out may be null
@@ -101,7 +101,7 @@ size_t host_frame_encode(Spec s, size_t typesize, const uint8_t* x, size_t raw, 
     for (size_t i = a; i < b; ++i) {
       const size_t len = chunk_len(raw, i);
       uint8_t* slot = out + head + i * kChunkBytes;
-      const uint8_t* src = x + i * kChunkBytes;
+      const uint8_t* src = chunk(i, len);
       const size_t stored = s.id == CodecId::blosc ? blosc_compress_chunk(s.block, typesize, src, len, slot, len)
                                                    : lz4_compress_block(src, len, slot, len - 1);
       words[i] = uint32_t(stored);
@@ -123,7 +123,15 @@ size_t host_frame_encode(Spec s, size_t typesize, const uint8_t* x, size_t raw, 
   return pos;
 }
 
-void host_frame_decode(Spec s, const uint8_t* in, size_t raw, uint8_t* y) {
+size_t host_frame_encode(Spec s, size_t typesize, const uint8_t* x, size_t raw, uint8_t* out) {
+  return host_frame_encode(s, typesize, raw, out, [x](size_t i, size_t) { return x + i * kChunkBytes; });
+}
+
+namespace {
+
+// Chunk i lands at y + i * kChunkBytes, or where y is null in a buffer of the thread's that
+// sink reads (a chunk stored as it is is read where it lies).
+void decode_frame(Spec s, const uint8_t* in, size_t raw, uint8_t* y, const ChunkSink* sink) {
   if (s.id != CodecId::lz4 && s.id != CodecId::blosc) gpu_only(s.id);
   const size_t m = frame_chunks(raw), cap = frame_bound(raw);
   auto corrupt = [&](size_t i) {
@@ -143,13 +151,19 @@ void host_frame_decode(Spec s, const uint8_t* in, size_t raw, uint8_t* y) {
   parallel_ranges(m, kMinChunks, [&](size_t a, size_t b) {
     for (size_t i = a; i < b; ++i) {
       const size_t len = chunk_len(raw, i), stored = words[i] & ~kRawChunk;
+      thread_local std::vector<uint8_t> buf;
+      if (!y) buf.resize(kChunkBytes);
+      uint8_t* into = y ? y + i * kChunkBytes : buf.data();
       bool ok = true;
-      if (words[i] & kRawChunk)
-        std::memcpy(y + i * kChunkBytes, in + at[i], len);
+      if (words[i] & kRawChunk && !y)
+        into = const_cast<uint8_t*>(in + at[i]);  // read only, by sink
+      else if (words[i] & kRawChunk)
+        std::memcpy(into, in + at[i], len);
       else if (s.id == CodecId::blosc)
-        ok = blosc_decompress_chunk(in + at[i], stored, y + i * kChunkBytes, len);
+        ok = blosc_decompress_chunk(in + at[i], stored, into, len);
       else
-        ok = lz4_decompress_block(in + at[i], stored, y + i * kChunkBytes, len);
+        ok = lz4_decompress_block(in + at[i], stored, into, len);
+      if (ok && sink) (*sink)(i, into, len);
       if (ok) continue;
       size_t seen = bad.load();
       while (i < seen && !bad.compare_exchange_weak(seen, i)) {
@@ -157,6 +171,13 @@ void host_frame_decode(Spec s, const uint8_t* in, size_t raw, uint8_t* y) {
     }
   });
   if (bad.load() < m) throw corrupt(bad.load());
+}
+
+}  // namespace
+
+void host_frame_decode(Spec s, const uint8_t* in, size_t raw, uint8_t* y) { decode_frame(s, in, raw, y, nullptr); }
+void host_frame_decode(Spec s, const uint8_t* in, size_t raw, const ChunkSink& sink) {
+  decode_frame(s, in, raw, nullptr, &sink);
 }
 
 size_t lz4_compress_block(const uint8_t* src, size_t n, uint8_t* dst, size_t cap) {

@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "blosc.h"
+#include "bound.h"
 
 namespace mpicomp {
 namespace {
@@ -13,20 +14,36 @@ std::string trimmed(const std::string& s) {
 }
 
 // A codec's options with their defaults, and each option's values (a table of names packed
-// into Spec::block, or an integer range).
+// into Spec::block, an integer range, or with `real` a number in (0, hi]).
 struct Option {
   const char* key;
-  const char* fallback;
-  std::vector<std::pair<const char*, unsigned>> names;  // empty: an integer in [lo, hi]
+  const char* fallback;  // "": none (given or left out)
+  std::vector<std::pair<const char*, unsigned>> names;  // empty: a number in [lo, hi]
   long lo, hi, multiple;
+  bool real = false;
 };
 
 const std::vector<Option>& options_of(CodecId id) {
   static const std::vector<Option> none, block = {{"block", "256", {}, 32, long(kMaxBlock), 32}},
       blosc = {{"cname", "zstd", {{"blosclz", 0}, {"lz4", 1}, {"lz4hc", 2}, {"zlib", 4}, {"zstd", 5}}, 0, 0, 1},
                {"filter", "shuffle", {{"none", 0}, {"shuffle", 1}, {"bitshuffle", 2}}, 0, 0, 1},
-               {"clevel", "1", {}, 0, 9, 1}};
-  return is_blockwise(id) ? block : id == CodecId::blosc ? blosc : none;
+               {"clevel", "1", {}, 0, 9, 1}},
+      // Exactly one of abs and rel (bound.h); rel relative to the largest magnitude.
+      bound = {{"abs", "", {}, 0, 0, 1, true}, {"rel", "", {}, 0, 1, 1, true}, {"cname", "zstd", {{"zstd", 0}, {"lz4", 1}}, 0, 0, 1}};
+  return is_blockwise(id) ? block : id == CodecId::blosc ? blosc : id == CodecId::bound ? bound : none;
+}
+
+// A real option's value: a number in [kBoundMin, its hi (0: kBoundMax)].
+bool real_of(const Option& o, const std::string& codec, const std::string& text, double& out, std::string& why) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  const double hi = o.hi ? double(o.hi) : kBoundMax;
+  if (text.empty() || *end || !(v >= kBoundMin && v <= hi)) {
+    why = "codec '" + codec + "': " + o.key + " must be a number in [2.2e-308, " + (o.hi ? std::to_string(o.hi) : "1.8e308") +
+          "], got " + text;
+    return false;
+  }
+  return out = v, true;
 }
 
 // The value of option o as a number (an index into its names, or the integer); false if invalid.
@@ -101,16 +118,29 @@ bool wire_spec(const std::string& name, const SpecOptions& given, Spec& spec, Sp
     }
   }
   unsigned values[3] = {};
+  double real = 0;
+  int reals = 0;
   in_force.clear();
   for (size_t i = 0; i < options.size(); ++i) {
     std::string text = options[i].fallback;
     for (auto& [key, value] : given)
       if (key == options[i].key) text = value;
-    if (!value_of(options[i], name, text, values[i], why)) return false;
+    if (options[i].real && text.empty()) continue;
+    if (options[i].real ? (++reals, values[i] = 1, !real_of(options[i], name, text, real, why))
+                        : !value_of(options[i], name, text, values[i], why))
+      return false;
     in_force.emplace_back(options[i].key, text);
   }
   spec = Spec{CodecId(id), is_blockwise(CodecId(id)) ? values[0] : 0};
   if (spec.id == CodecId::blosc) spec.block = blosc_options(values[0], values[1], values[2]);
+  if (spec.id == CodecId::bound) {
+    if (reals != 1) {
+      why = "codec 'bound' takes one bound: abs=<largest error> or rel=<largest error / largest |result|>, e.g. "
+            "'bound:abs=1e-3'";
+      return false;
+    }
+    spec.block = bound_options(real, values[1] != 0, values[2] != 0);
+  }
   return true;
 }
 

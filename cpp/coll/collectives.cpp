@@ -2,6 +2,7 @@
 #include <chrono>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "stages.h"
 #include "adaptive.h"
 #include "algorithms.h"
+#include "budget.h"
 #include "stats.h"
 
 namespace mpicomp {
@@ -49,7 +51,7 @@ Signature signature(Coll coll, const CollArgs& a, const CommInfo& ci, const Conf
   s.count = a.count;
   s.codec = a.spec.id;
   s.adaptive = a.adaptive;
-  s.block = is_blockwise(a.spec.id) ? a.spec.block : 0;
+  s.block = is_blockwise(a.spec.id) || a.spec.id == CodecId::bound ? a.spec.block : 0;
   s.dtype = a.dtype;
   s.avg = a.avg;
   // Asked on every call, whatever the rest decides: on a communicator's first use it is a
@@ -167,6 +169,27 @@ Tiling tiling(const Signature& sig, const CollArgs& a, const Config& cfg, int bl
                 a.count * dtype_size(a.dtype) * size_t(blocks) >= kStreamBytes};
 }
 
+// The error feedback a call keeps: none for exact calls and for codec bound, whose error
+// is bounded in every call (its residual stays zero).
+float* residual_of(const Tiling& T, const CollArgs& a) {
+  return T.wire.id == CodecId::none || T.wire.id == CodecId::bound ? nullptr : a.residual;
+}
+
+// Runs once(T, x): as it is, or for codec bound with the share of the bound each of the
+// `encodings` a value goes through may take (budget.h); x has nx elements, y ny.
+void bounded(MPI_Comm comm, const CommInfo& ci, const Tiling& T, const CollArgs& a, const void* x, size_t nx, void* y,
+             size_t ny,
+             double scale, int encodings, bool reduction,
+             const std::function<void(const Tiling&, const void*)>& once) {
+  if (T.wire.id != CodecId::bound) return once(T, x);
+  if (a.engine) throw Error(ErrorKind::backend, "codec bound runs on host buffers only");
+  run_bounded(comm, ci, T.wire, a.dtype, x, nx, y, ny, scale, encodings, reduction, [&](Spec stage, const void* in) {
+    Tiling U = T;
+    U.wire = stage;
+    once(U, in);
+  });
+}
+
 }  // namespace
 
 void flat_allreduce(MPI_Comm comm, const CommInfo& ci, Engine& e, const Tiling& T, const void* x, void* y, size_t count,
@@ -259,17 +282,15 @@ void allreduce_call(MPI_Comm comm, const void* x, void* y, const CollArgs& a, st
     return;
   }
   const Tiling T = tiling(sig, a, cfg);
-  float* res = T.wire.id == CodecId::none ? nullptr : a.residual;
+  float* res = residual_of(T, a);
   FrameDamage damage;
-  if (two_level) {
-    rec.algo = Algo::two_level;
-    two_level_allreduce(nodes, e, T, x, y, a.count, res, scale, damage);
-  } else {
-    rec.algo = Algo::flat;
+  rec.algo = two_level ? Algo::two_level : Algo::flat;
+  bounded(comm, ci, T, a, x, a.count, y, a.count, scale, two_level ? nodes.nodes : ci.size, true, [&](const Tiling& U, const void* in) {
+    if (two_level) return two_level_allreduce(nodes, e, U, in, y, a.count, res, scale, damage);
     Links links(nodes);
-    flat_allreduce(comm, ci, e, T, x, y, a.count, res, scale, damage);
-  }
-  if (is_lossless(T.wire.id)) check_frames(comm, ci, damage);
+    flat_allreduce(comm, ci, e, U, in, y, a.count, res, scale, damage);
+  });
+  if (is_framed(T.wire.id)) check_frames(comm, ci, damage);
 }
 
 void reduce_scatter_call(MPI_Comm comm, const void* x, void* y, const CollArgs& a, std::optional<Skip>& skip) {
@@ -301,26 +322,27 @@ void reduce_scatter_call(MPI_Comm comm, const void* x, void* y, const CollArgs& 
     return;
   }
   const Tiling T = tiling(sig, a, cfg);
-  float* res = T.wire.id == CodecId::none ? nullptr : a.residual;
+  float* res = residual_of(T, a);
   FrameDamage damage;
   const NodeLayout& nodes = node_layout(comm);
-  if (!sig.flat && two_level_blocks(nodes)) {
-    rec.algo = Algo::two_level;
-    two_level_reduce_scatter(nodes, e, T, x, y, a.count, res, scale, damage);
-  } else {
-    // Output of the sums' own dtype (float32, float64) is their accumulator: the sums are
-    // written once, where a scratch accumulator took them through memory twice more, out and
-    // back for the store (10 Gbit/s, 2 ranks, 64 MiB int4: docs/measurements.md).
-    const bool into_y = T.sum_t == a.dtype;
-    void* acc = into_y ? y : e.scratch(0, a.count * dtype_size(T.sum_t));
-    rec.algo = Algo::flat;
-    Links links(nodes);
-    ReduceScatterStage(comm, ci, e, T.wire, a.dtype, equal_layout(ci.size, a.count, T.seg), x, res, T.sum_t, acc,
-                       damage)
-        .finish();
-    if (!into_y || scale != 1.0) e.store(T.sum_t, acc, a.count, scale, a.dtype, y);
-  }
-  if (is_lossless(T.wire.id)) check_frames(comm, ci, damage);
+  const bool two_level = !sig.flat && two_level_blocks(nodes);
+  rec.algo = two_level ? Algo::two_level : Algo::flat;
+  bounded(comm, ci, T, a, x, a.count * ci.size, y, a.count, scale, (two_level ? nodes.nodes : ci.size) - 1, true,
+          [&](const Tiling& U, const void* in) {
+            if (two_level) return two_level_reduce_scatter(nodes, e, U, in, y, a.count, res, scale, damage);
+            // Output of the sums' own dtype (float32, float64) is their accumulator: the sums
+            // are written once, where a scratch accumulator took them through memory twice
+            // more, out and back for the store (10 Gbit/s, 2 ranks, 64 MiB int4:
+            // docs/measurements.md).
+            const bool into_y = U.sum_t == a.dtype;
+            void* acc = into_y ? y : e.scratch(0, a.count * dtype_size(U.sum_t));
+            Links links(nodes);
+            ReduceScatterStage(comm, ci, e, U.wire, a.dtype, equal_layout(ci.size, a.count, U.seg), in, res, U.sum_t,
+                               acc, damage)
+                .finish();
+            if (!into_y || scale != 1.0) e.store(U.sum_t, acc, a.count, scale, a.dtype, y);
+          });
+  if (is_framed(T.wire.id)) check_frames(comm, ci, damage);
 }
 
 void allgather_call(MPI_Comm comm, const void* x, void* y, const CollArgs& a, std::optional<Skip>& skip) {
@@ -347,20 +369,19 @@ void allgather_call(MPI_Comm comm, const void* x, void* y, const CollArgs& a, st
   }
   Engine& e = engine_of(a);
   const Tiling T = tiling(sig, a, cfg, ci.size);
-  float* res = T.wire.id == CodecId::none ? nullptr : a.residual;
+  float* res = residual_of(T, a);
   FrameDamage damage;
   const NodeLayout& nodes = node_layout(comm);
-  if (!sig.flat && two_level_blocks(nodes)) {
-    rec.algo = Algo::two_level;
-    two_level_allgather(nodes, e, T, x, y, a.count, res, damage);
-  } else {
-    rec.algo = Algo::flat;
+  const bool two_level = !sig.flat && two_level_blocks(nodes);
+  rec.algo = two_level ? Algo::two_level : Algo::flat;
+  bounded(comm, ci, T, a, x, a.count, y, a.count * ci.size, 1.0, 1, false, [&](const Tiling& U, const void*) {
+    if (two_level) return two_level_allgather(nodes, e, U, x, y, a.count, res, damage);
     Links links(nodes);
-    AllgatherStage(comm, ci, e, T.wire, a.dtype, equal_layout(ci.size, a.count, T.seg), x, res, a.dtype, y, 1.f,
-                   T.stream, damage)
+    AllgatherStage(comm, ci, e, U.wire, a.dtype, equal_layout(ci.size, a.count, U.seg), x, res, a.dtype, y, 1.f,
+                   U.stream, damage)
         .finish();
-  }
-  if (is_lossless(T.wire.id)) check_frames(comm, ci, damage);
+  });
+  if (is_framed(T.wire.id)) check_frames(comm, ci, damage);
 }
 
 using Call = void (*)(MPI_Comm, const void*, void*, const CollArgs&, std::optional<Skip>&);

@@ -18,6 +18,8 @@
 #include <optional>
 #include <vector>
 
+#include "../codecs/bound.h"
+#include "budget.h"
 #include "coll.h"
 #include "config.h"
 #include "deadline.h"
@@ -120,7 +122,7 @@ Signature p2p_signature(const CollArgs& a, const Config& cfg) {
   s.coll = Coll::send;
   s.count = a.count;
   s.codec = a.spec.id;
-  s.block = is_blockwise(a.spec.id) ? a.spec.block : 0;
+  s.block = is_blockwise(a.spec.id) || a.spec.id == CodecId::bound ? a.spec.block : 0;
   s.dtype = a.dtype;
   size_t bytes = a.count * dtype_size(a.dtype);
   s.wire = bytes < cfg.min_bytes ? CodecId::none : a.spec.id;
@@ -157,6 +159,19 @@ void send(MPI_Comm comm, const void* x, int dest, int tag, const CollArgs& a) {
   };
   mpi_check(PMPI_Comm_rank(comm, &h.rank), "MPI_Comm_rank");
   Spec wire{h.sig.wire, a.spec.block};
+  if (wire.id == CodecId::bound) {
+    // The bound of one encoding: relative to the message's largest magnitude. One that
+    // cannot be kept fails here, and the receiver, told so, fails too.
+    try {
+      if (a.engine) throw Error(ErrorKind::backend, "codec bound runs on host buffers only");
+      const double top = finite_absmax(a.dtype, x, a.count), asked = bound_value(wire.block);
+      wire = bound_stage(wire, a.dtype, bound_relative(wire.block) ? asked * top : asked, top, 1.0, 1);
+    } catch (const Error&) {
+      h.sig.invalid = 1;
+      mpi_check(PMPI_Send(&h, int(sizeof h), MPI_BYTE, dest, tag, comm), "MPI_Send");
+      throw;
+    }
+  }
   const size_t bytes = a.count * dtype_size(a.dtype);
   const size_t attached = h.sig.eager ? bytes : 0;
   if (!h.sig.eager) {
@@ -215,6 +230,9 @@ void recv(MPI_Comm comm, void* y, int source, int tag, const CollArgs& a) {
                                                                     " was not sent by mpicomp.send");
   int me = 0;
   mpi_check(PMPI_Comm_rank(comm, &me), "MPI_Comm_rank");
+  if (h.sig.invalid)
+    throw Error(ErrorKind::shape_mismatch, "recv: rank " + std::to_string(h.rank) +
+                                               " rejected its own send (an error there says why); nothing was sent");
   if (!(h.sig == mine)) {
     if (!h.sig.eager) {
       Pair pair = pair_of(comm, me, source);

@@ -20,12 +20,13 @@ bool parse_spec(const std::string& text, Spec& spec, bool& adaptive, std::string
   if (!wire_spec(name, options, spec, in_force, why)) {
     if (why.rfind("unknown codec", 0) == 0) {
       why += " (codecs: ";
-      for (int i = 0; i < kHostCodecs; ++i) why += std::string(codec_name(CodecId(i))) + ", ";
+      for (int i = 0; i < kCodecs; ++i)
+        if (!device_only(CodecId(i))) why += std::string(codec_name(CodecId(i))) + ", ";
       why += "lossless, auto, auto:<codec>, or off)";
     }
     return false;
   }
-  if (int(spec.id) >= kHostCodecs) {
+  if (device_only(spec.id)) {
     why = "codec '" + name + "' runs on GPU buffers only; the interposer compresses host memory";
     return false;
   }

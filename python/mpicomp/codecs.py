@@ -409,9 +409,56 @@ class NvcompAnsCodec(_LosslessCodec):
     name, id, device_only = "nvcomp-ans", _IDS["nvcomp-ans"], True
 
 
+class BoundCodec(Codec):
+    """Error-bounded (host arrays only): ``bound:abs=1e-3`` keeps every element of a result
+    within 1e-3 of the exact one, ``bound:rel=1e-4`` within 1e-4 times the exact result's
+    largest magnitude. Each finite value is quantised to an integer code with the step the
+    bound asks for, and the codes are compressed losslessly by C-Blosc2 (bit shuffle, then
+    ``cname`` zstd or lz4), per 64 KiB of codes either as they are or as differences of
+    neighbours, whichever is smaller: smooth fields cost a few bits per value, noise what
+    its entropy asks. A collective splits the bound over the encodings a value goes through
+    (an allreduce on p ranks: p, a reduce_scatter p - 1, an allgather 1) and sums in float64,
+    so the bound holds on the result at any rank count, with ``op="avg"`` on the mean;
+    a relative bound is estimated from the ranks' largest inputs and checked on the result
+    (where cancellation made the result smaller, the call runs again with the bound it
+    shows). A bound that rounding to the dtype would use up, or below 2**-38 of the data's
+    magnitude, raises CodecError on every rank. NaN and Inf pass through exactly. float64 is
+    quantised and summed in float64. Error feedback does not apply (the bound holds in
+    every call; an ErrorFeedback's residual is left as it is). One encode/decode errs by at
+    most the bound (``rel``: times the input's largest finite magnitude) plus the output
+    dtype's rounding (``tolerance``)."""
+
+    name, id, host_only = "bound", _IDS["bound"], True
+
+    @property
+    def spec(self):
+        return "bound:" + ",".join(f"{k}={v}" for k, v in sorted(self.options.items())
+                                   if (k, v) != ("cname", "zstd"))
+
+    def ratio(self, dtype="float32"):
+        """Worst case (no code compresses: 8 bytes per element, whatever the dtype); the
+        ratio of real data is ``x.nbytes / len(encode(x))``."""
+        return super().ratio(dtype)
+
+    def tolerance(self, x):
+        a = np.abs(np.asarray(x, np.float64))
+        finite = a[np.isfinite(a)]
+        e = self.options["abs"] if "abs" in self.options else self.options["rel"] * (finite.max() if finite.size else 0)
+        rounding = {np.dtype(np.float64): 2.0**-53, np.dtype(np.float32): 2.0**-24}.get(np.asarray(x).dtype, 2.0**-8)
+        return e + (a + e) * rounding + 2.0**-133
+
+    def _check_size(self, size, count, dtype):
+        if size > self.encoded_bytes(count, dtype) or size % _FRAME_ALIGN or (count and size < 16):
+            raise CodecError(f"data has {size} bytes, which is not a bound frame of {count} {dtype} elements")
+
+    def check_memory(self, on_device):
+        if on_device:
+            raise BackendError("codec 'bound' runs on host arrays only (its codes are compressed by Blosc2)")
+
+
 _CODECS = {c.name: c for c in (NoneCodec, Fp16Codec, Bf16Codec, Int8Codec, Int4Codec, SignCodec, PowerSGDCodec,
                                Lz4Codec, BloscCodec, LosslessCodec, NvcompLz4Codec, NvcompBitcompCodec,
-                               NvcompAnsCodec)}
+                               NvcompAnsCodec, BoundCodec)}
 _NVCOMP_NAMES = ("nvcomp-lz4", "nvcomp-bitcomp", "nvcomp-ans")
 _CACHE = {}
 _DEFAULTS = {}  # {name: the options of a spec that names none}

@@ -23,7 +23,7 @@ FLAGS = ["-std=c++17", "-O1", "-g", "-fsanitize=fuzzer-no-link,address,undefined
 # The per-target flags of CMakeLists.txt.
 X86 = {"cpu_avx2.cpp": ["-mavx2", "-mfma", "-mf16c"],
        "cpu_avx512.cpp": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx2", "-mfma", "-mf16c"]}
-HEADER_CODECS = ("none", "fp16", "bf16", "int8", "int4", "sign", "lz4", "blosc")  # decode_fuzzer's kFuzzCodecs
+HEADER_CODECS = ("none", "fp16", "bf16", "int8", "int4", "sign", "lz4", "blosc", "bound:abs=1e-2")  # its kFuzzCodecs
 HEADER_DTYPES = ("float32", "float16", "bfloat16")  # the first of each of its dtype lists
 
 
@@ -44,7 +44,7 @@ def build(out):
     out.mkdir(parents=True, exist_ok=True)
     x86 = platform.machine() in ("x86_64", "AMD64")
     sources = [CODECS / n for n in ("cpu_baseline.cpp", "cpu_dispatch.cpp", "host_codec.cpp", "parallel.cpp",
-                                    "lossless.cpp", "blosc.cpp")]
+                                    "lossless.cpp", "blosc.cpp", "bound.cpp")]
     sources += [CODECS / n for n in X86] if x86 else []
     defines = ["-DMPICOMP_X86_TARGETS"] if x86 else []
 
@@ -74,6 +74,7 @@ def seeds(corpus):
             x = rng.standard_normal(n).astype(dtype)
             x[100:400] = 0  # runs that lz4 compresses
             frame = mpicomp.codec(name, **({"block": 64} if name in ("int8", "int4", "sign") else {})).encode(x)
+            name = name.split(":")[0]
             # block 64 (32 * (1 + 1)); for blosc, byte 2 = 9 names zstd and shuffle, its defaults
             header = bytes([ci, di, 9 if name == "blosc" else 1, n & 255, n >> 8])
             (corpus / f"{name}-{dtype}").write_bytes(header + frame.tobytes())

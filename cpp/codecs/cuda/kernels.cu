@@ -220,7 +220,13 @@ bool available() {
   return count > 0;
 }
 
+// Codec bound's codes are compressed by Blosc2, which has no GPU version.
+static void host_only(CodecId c) {
+  if (c == CodecId::bound) throw Error(ErrorKind::backend, "codec bound runs on host memory only, not on GPU buffers");
+}
+
 void encode(Spec s, DType t, const void* x, size_t n, float* res, uint8_t* out, void* stream) {
+  host_only(s.id);
   if (n == 0) return;
   cudaStream_t st = static_cast<cudaStream_t>(stream);
   size_t warps = (n + s.block - 1) / (s.block ? s.block : 1);
@@ -238,6 +244,7 @@ void encode(Spec s, DType t, const void* x, size_t n, float* res, uint8_t* out, 
 }
 
 void decode(Spec s, DType t, const uint8_t* in, size_t n, float scale, void* y, void* stream) {
+  host_only(s.id);
   if (n == 0) return;
   cudaStream_t st = static_cast<cudaStream_t>(stream);
   if (s.id == CodecId::none && scale == 1.f) {
@@ -248,6 +255,7 @@ void decode(Spec s, DType t, const uint8_t* in, size_t n, float scale, void* y, 
 }
 
 void decode_accumulate(Spec s, DType t, const uint8_t* in, size_t n, DType sum_t, void* acc, void* stream) {
+  host_only(s.id);
   if (n == 0) return;
   const auto st = static_cast<cudaStream_t>(stream);
   if (sum_t == DType::f32)

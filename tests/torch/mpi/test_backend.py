@@ -225,6 +225,35 @@ def test_a_lossy_codec_is_applied_and_counted(gloo):
         mpicomp.config.min_bytes = old
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_an_error_bound_holds_through_the_backend(gloo, dtype):
+    """Codec bound through all_reduce (sum and avg), reduce_scatter_tensor and
+    all_gather_into_tensor: every element within the bound of gloo's float64 result."""
+    bounded = dist.new_group(backend="mpicomp", pg_options=mt.backend_options(codec="bound:abs=1e-3"))
+    old = mpicomp.config.min_bytes
+    mpicomp.config.min_bytes = 0
+    try:
+        x = torch.sin(torch.arange(N * 40_000, dtype=torch.float64) / 50 + RANK).to(dtype) * 3
+        for op in (dist.ReduceOp.SUM, dist.ReduceOp.AVG):
+            want = x.double().clone()  # (a float64 x's .double() is x itself)
+            dist.all_reduce(want, op=op)  # gloo, float64
+            y = x.clone()
+            dist.all_reduce(y, op=op, group=bounded)
+            assert (y.double() - want).abs().max() <= 1e-3
+        part = torch.empty(40_000, dtype=dtype)
+        dist.reduce_scatter_tensor(part, x, group=bounded)
+        want = x.double().clone()
+        dist.all_reduce(want)
+        assert (part.double() - want[RANK * 40_000:(RANK + 1) * 40_000]).abs().max() <= 1e-3
+        gathered = torch.empty(N * x.numel(), dtype=dtype)
+        dist.all_gather_into_tensor(gathered, x, group=bounded)
+        want = torch.empty(N * x.numel(), dtype=torch.float64)
+        dist.all_gather_into_tensor(want, x.double())
+        assert (gathered.double() - want).abs().max() <= 1e-3
+    finally:
+        mpicomp.config.min_bytes = old
+
+
 def test_coalesced_operations_raise_the_first_error_on_every_rank(groups):
     """Each tensor's operation runs (the ranks stay in step); the Work raises the first error,
     with its type, not only the last tensor's."""

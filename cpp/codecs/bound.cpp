@@ -1,0 +1,210 @@
+#include "bound.h"
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "blosc.h"
+#include "errors.h"
+#include "lossless.h"
+#include "parallel.h"
+
+namespace mpicomp {
+namespace {
+
+// The step is 2 e / kMargin rather than 2 e: x / step is rounded to its code in float64
+// (relative error 2^-52, at most 2^-12 of a step for codes up to kWide) and the code times
+// the step is rounded again (2^-13 of a step), so a value decodes within
+// step * (1/2 + 2^-12 + 2^-13) < e of what it was.
+constexpr double kMargin = 1.0 + 1.0 / 256;
+constexpr double kWide = 1099511627776.0;  // 2^40: the largest code
+constexpr double kNarrow = 536870912.0;    // 2^29: codes (and their differences) fit 4 bytes
+
+double load(DType t, const void* x, size_t i) {
+  return t == DType::f64 ? static_cast<const double*>(x)[i] : double(load_f32(x, t, i));
+}
+
+// The codes' lossless frame: Blosc2, bit shuffle, zstd (or lz4) at level 1.
+Spec codes_spec(uint32_t block) { return Spec{CodecId::blosc, blosc_options(block & kBoundLz4 ? 1 : 5, 2, 1)}; }
+
+std::string shown(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.6g", v);
+  return b;
+}
+
+// NaN, +Inf and -Inf take the three most negative codes, which no finite value reaches.
+template <class C>
+constexpr C kNaNCode = std::numeric_limits<C>::min();
+
+// Codes of elements [first, first + len) of x into q, zigzag-coded; true when they are the
+// differences of neighbours' codes (never for a chunk holding NaN or Inf, whose codes do not
+// subtract).
+template <class C>
+bool quantize_chunk(DType t, const void* x, size_t first, size_t len, double inv, C* q) {
+  using U = std::make_unsigned_t<C>;
+  bool special = false;
+  for (size_t i = 0; i < len && !special; ++i) special = !(std::fabs(load(t, x, first + i)) <= DBL_MAX);
+  if (!special) {
+    for (size_t i = 0; i < len; ++i) q[i] = C(std::nearbyint(load(t, x, first + i) * inv));
+  } else {
+    for (size_t i = 0; i < len; ++i) {
+      const double v = load(t, x, first + i);
+      q[i] = v != v ? kNaNCode<C> : v > DBL_MAX ? C(kNaNCode<C> + 1) : v < -DBL_MAX ? C(kNaNCode<C> + 2)
+                                                                               : C(std::nearbyint(v * inv));
+    }
+  }
+  uint64_t plain = 0, diff = 0;
+  for (size_t i = 0; i < len && !special; ++i) {
+    plain += uint64_t(q[i] < 0 ? -int64_t(q[i]) : int64_t(q[i]));
+    const int64_t d = int64_t(q[i]) - (i ? int64_t(q[i - 1]) : 0);
+    diff += uint64_t(d < 0 ? -d : d);
+  }
+  const bool delta = !special && diff < plain;
+  if (delta)
+    for (size_t i = len; i-- > 1;) q[i] = C(U(q[i]) - U(q[i - 1]));
+  for (size_t i = 0; i < len; ++i) q[i] = C(U(U(q[i]) << 1) ^ U(q[i] >> (8 * sizeof(C) - 1)));
+  return delta;
+}
+
+// The values of len codes (zigzag-coded, of type C) at bytes.
+template <class C>
+void dequantize_chunk(const uint8_t* bytes, size_t len, bool delta, double step, double* v) {
+  using U = std::make_unsigned_t<C>;
+  U run = 0;
+  for (size_t i = 0; i < len; ++i) {
+    U z;
+    std::memcpy(&z, bytes + i * sizeof(C), sizeof(C));
+    C q = C((z >> 1) ^ (U(0) - (z & 1)));
+    if (delta) q = C(run += U(q));
+    v[i] = delta || q > C(kNaNCode<C> + 2) ? double(q) * step
+           : q == kNaNCode<C>              ? std::numeric_limits<double>::quiet_NaN()
+           : q == C(kNaNCode<C> + 1)       ? std::numeric_limits<double>::infinity()
+                                           : -std::numeric_limits<double>::infinity();
+  }
+}
+
+// Calls emit(first, values, len) for every chunk of decoded values (on several threads).
+template <class Emit>
+void decode_values(const uint8_t* in, size_t n, const Emit& emit) {
+  if (!n) return;
+  double step;
+  std::memcpy(&step, in, sizeof step);
+  const size_t w = in[8];
+  if (!(w == 4 || w == 8) || !(step > 0 && step <= DBL_MAX))
+    throw Error(ErrorKind::codec, "corrupt bound frame: its head names " + std::to_string(w) + "-byte codes and step " +
+                                      shown(step));
+  const size_t code_bytes = n * w, per = kChunkBytes / w;
+  host_frame_decode(codes_spec(0), in + bound_head_bytes(code_bytes), code_bytes,
+                    [&](size_t i, const uint8_t* bytes, size_t len) {
+                      thread_local std::vector<double> v;
+                      v.resize(per);
+                      const bool delta = (in[kBoundHead + i / 8] >> (i % 8)) & 1;
+                      if (w == 4)
+                        dequantize_chunk<int32_t>(bytes, len / w, delta, step, v.data());
+                      else
+                        dequantize_chunk<int64_t>(bytes, len / w, delta, step, v.data());
+                      emit(i * per, v.data(), len / w);
+                    });
+}
+
+template <class T>
+T absmax_of(const T* x, size_t n) {
+  T m = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const T a = std::fabs(x[i]);
+    m = std::max(m, a <= std::numeric_limits<T>::max() ? a : T(0));  // NaN and Inf: left out
+  }
+  return m;
+}
+
+}  // namespace
+
+uint32_t bound_options(double bound, bool relative, bool lz4) {
+  uint64_t bits;
+  std::memcpy(&bits, &bound, sizeof bits);
+  return (uint32_t(bits >> 32) & kBoundBits) | (relative ? kBoundRel : 0u) | (lz4 ? kBoundLz4 : 0u);
+}
+
+double finite_absmax(DType t, const void* x, size_t n) {
+  std::mutex m;
+  double best = 0;
+  parallel_ranges((n + 4095) / 4096, 64, [&](size_t a, size_t b) {
+    const size_t first = a * 4096, len = std::min(n, b * 4096) - first;
+    double v = 0;
+    if (t == DType::f64)
+      v = absmax_of(static_cast<const double*>(x) + first, len);
+    else if (t == DType::f32)
+      v = absmax_of(static_cast<const float*>(x) + first, len);
+    else
+      for (size_t i = first; i < first + len; ++i) {
+        const double a = std::fabs(load(t, x, i));
+        v = std::max(v, a <= DBL_MAX ? a : 0.0);
+      }
+    std::lock_guard<std::mutex> g(m);
+    best = std::max(best, v);
+  });
+  return best;
+}
+
+size_t bound_encode(Spec s, DType t, const void* x, size_t n, uint8_t* out) {
+  if (!n) return 0;
+  const double m = finite_absmax(t, x, n);
+  const double e = bound_value(s.block) * (bound_relative(s.block) ? m : 1.0);
+  // No finite value but zeros: any step is exact. A bound near float64's largest: the largest step.
+  const double step = m > 0 && e > 0 ? std::min(2 * (e / kMargin), DBL_MAX) : 1.0;
+  if (m / step > kWide)
+    throw Error(ErrorKind::codec, "codec bound: a bound of " + shown(e) + " on values of magnitude up to " + shown(m) +
+                                      " takes more than 2^40 quantisation steps; ask for at least " +
+                                      shown(m / kWide) + ", or use a lossless codec");
+  const size_t w = m / step <= kNarrow ? 4 : 8, code_bytes = n * w, per = kChunkBytes / w;
+  const size_t head = bound_head_bytes(code_bytes), chunks = frame_chunks(code_bytes);
+  std::memset(out, 0, head);
+  std::memcpy(out, &step, sizeof step);
+  out[8] = uint8_t(w);
+  std::vector<uint8_t> delta(chunks);
+  const double inv = 1 / step;
+  const size_t frame = host_frame_encode(codes_spec(s.block), w, code_bytes, out + head, [&](size_t i, size_t len) {
+    thread_local std::vector<int64_t> codes;
+    codes.resize(kChunkBytes / 8);
+    if (w == 4)
+      delta[i] = quantize_chunk(t, x, i * per, len / w, inv, reinterpret_cast<int32_t*>(codes.data()));
+    else
+      delta[i] = quantize_chunk(t, x, i * per, len / w, inv, codes.data());
+    return reinterpret_cast<const uint8_t*>(codes.data());
+  });
+  for (size_t i = 0; i < chunks; ++i) out[kBoundHead + i / 8] |= uint8_t(delta[i] << (i % 8));
+  return head + frame;
+}
+
+void bound_decode(const uint8_t* in, size_t n, double scale, DType t, void* y) {
+  decode_values(in, n, [&](size_t first, const double* v, size_t len) {
+    if (t == DType::f64)
+      for (size_t i = 0; i < len; ++i) static_cast<double*>(y)[first + i] = v[i] * scale;
+    else
+      for (size_t i = 0; i < len; ++i) store_f32(y, t, first + i, float(saturated(v[i] * scale, t)));
+  });
+}
+
+void bound_decode_accumulate(const uint8_t* in, size_t n, DType sum_t, void* acc, const void* base) {
+  if (!base) base = acc;
+  decode_values(in, n, [&](size_t first, const double* v, size_t len) {
+    if (sum_t == DType::f64) {
+      const double* b = static_cast<const double*>(base) + first;
+      double* a = static_cast<double*>(acc) + first;
+      for (size_t i = 0; i < len; ++i) a[i] = b[i] + v[i];
+    } else {
+      const float* b = static_cast<const float*>(base) + first;
+      float* a = static_cast<float*>(acc) + first;
+      for (size_t i = 0; i < len; ++i) a[i] = b[i] + float(v[i]);
+    }
+  });
+}
+
+}  // namespace mpicomp

@@ -1,0 +1,119 @@
+#include "budget.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+#include "../codecs/bound.h"
+#include "../codecs/errors.h"
+#include "deadline.h"
+#include "scratch.h"
+
+namespace mpicomp {
+namespace {
+
+// Rounding a value v to dtype t errs by at most rounding(t) * |v| + underflow(t): half a unit
+// in the last place, and half the subnormal step. 16-bit outputs are rounded through float32
+// (format.h: store_f32), which adds float32's half unit.
+double rounding(DType t) {
+  switch (t) {
+    case DType::f64: return 0x1p-53;
+    case DType::f16: return 0x1p-11 + 0x1p-24;
+    case DType::bf16: return 0x1p-8 + 0x1p-24;
+    default: return 0x1p-24;
+  }
+}
+double underflow(DType t) {
+  switch (t) {
+    case DType::f64: return 0x1p-1074;
+    case DType::f16: return 0x1p-25 + 0x1p-150;
+    case DType::bf16: return 0x1p-134 + 0x1p-150;
+    default: return 0x1p-150;
+  }
+}
+
+std::string shown(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3g", v);
+  return b;
+}
+
+// MPI_Allreduce of one double. On the heap, and left there if the call times out: MPI may
+// still write its result (deadline.h: mpi_collective).
+double allreduce_one(MPI_Comm comm, double v, MPI_Op op) {
+  double* b = new double[2]{v, 0};
+  mpi_collective("MPI_Allreduce", [&](mpic::Requests* rs) { mpic::allreduce(b, b + 1, 1, MPI_DOUBLE, op, comm, rs); });
+  const double r = b[1];
+  delete[] b;
+  return r;
+}
+
+}  // namespace
+
+Spec bound_stage(Spec user, DType t, double bound, double magnitude, double scale, int encodings) {
+  encodings = std::max(encodings, 1);
+  // No finite value but zeros: they and their sums are exact at any step.
+  if (!(magnitude > 0)) return Spec{CodecId::bound, bound_options(kBoundMax, false, user.block & kBoundLz4)};
+  // The float64 sums and codes err by a few units of 2^-53 per step (bound.cpp: kMargin
+  // covers the quantisation's own).
+  const double r = rounding(t) + (2.0 * encodings + 8) * 0x1p-53;
+  const double slack = r * (magnitude + bound) + underflow(t) / scale;
+  const double each = (bound - slack) / encodings;
+  // Codes stay below 2^40 steps (bound.cpp: kWide) for values up to magnitude plus the bound.
+  const double finest = (magnitude + bound) / 0x1p38;
+  if (!(slack <= bound / 2) || !(each >= finest) || !(each >= kBoundMin)) {
+    const double need = std::max(2 * (r * magnitude + underflow(t) / scale) / (1 - 2 * r),
+                                 2 * encodings * std::max(magnitude / 0x1p38, kBoundMin));
+    throw Error(ErrorKind::codec, "codec bound: an error bound of " + shown(bound * scale) + " cannot be kept on " +
+                                      dtype_name(t) + " data of magnitude up to " + shown(magnitude * scale) +
+                                      " (rounding to " + dtype_name(t) + " alone errs by up to " +
+                                      shown(slack * scale) + "); ask for at least " + shown(need * scale * 1.01) +
+                                      ", or use a lossless codec");
+  }
+  return Spec{CodecId::bound, bound_options(std::min(each, kBoundMax), false, user.block & kBoundLz4)};
+}
+
+void run_bounded(MPI_Comm comm, const CommInfo& ci, Spec user, DType t, const void* x, size_t nx, const void* y,
+                 size_t ny, double scale, int encodings, bool reduction,
+                 const std::function<void(Spec stage, const void* x)>& once) {
+  const bool rel = bound_relative(user.block);
+  const double asked = bound_value(user.block);
+  // The largest input of any rank: partial sums stay within size times it, and a relative
+  // bound takes it as the estimate of the result's largest magnitude (a sum of size
+  // gradients that agree is larger, one whose terms cancel smaller: checked below).
+  const double top = allreduce_one(comm, finite_absmax(t, x, nx), MPI_MAX);
+  const double magnitude = reduction ? top * ci.size : top;
+  const double bound = rel ? asked * top : asked / scale;  // in the sums' units
+  const Spec stage = bound_stage(user, t, bound, magnitude, scale, encodings);
+  if (!rel || !reduction) return once(stage, x);
+  // x is read again if the check fails: kept where the result overwrites it.
+  thread_local Scratch saved;
+  const void* input = x;
+  if (x == y) input = std::memcpy(saved.get(nx * dtype_size(t)), x, nx * dtype_size(t));
+  // Every element of a result is within the bound it ran with of the exact one, so the exact
+  // result's largest magnitude is at least `low`. Where the estimate was too large (terms
+  // that cancel), the bound the result shows is used; a result the bound swamped shows
+  // none, and the next run takes at most rel / 2 of the bound before, a few times at most.
+  double bound_now = bound;
+  Spec now = stage;
+  for (int run = 0;; ++run) {
+    once(now, input);
+    const double largest = allreduce_one(comm, finite_absmax(t, y, ny), MPI_MAX) / scale;
+    const double low = largest * (1 - 2 * rounding(t)) - bound_now;
+    if (asked * low >= bound_now) return;
+    if (low > 0) return once(bound_stage(user, t, asked * low, magnitude, scale, encodings), input);
+    const Error too_fine(ErrorKind::codec, "codec bound: rel=" + shown(asked) + " of a result far smaller than its " +
+                                               "inputs (largest magnitude at most " +
+                                               shown((largest + bound_now) * scale) + ", inputs up to " + shown(top) +
+                                               ") is too fine to keep; use abs=");
+    if (run == 5) throw too_fine;
+    bound_now *= std::min(asked, 0.125) / 2;  // the result is at most about bound_now: its share, or less
+    try {
+      now = bound_stage(user, t, bound_now, magnitude, scale, encodings);
+    } catch (const Error&) {
+      throw too_fine;
+    }
+  }
+}
+
+}  // namespace mpicomp
