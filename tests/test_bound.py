@@ -13,8 +13,8 @@ DTYPES = ["float32", "float64", "float16"]
 
 def test_spec_names_one_bound():
     c = mpicomp.codec("bound:abs=1e-3")
-    assert c.options == {"abs": 1e-3, "cname": "zstd"} and c.spec == "bound:abs=0.001"
-    assert mpicomp.codec("bound:rel=1e-4,cname=lz4").spec == "bound:cname=lz4,rel=0.0001"
+    assert c.options == {"abs": 1e-3, "cname": "lz4"} and c.spec == "bound:abs=0.001"
+    assert mpicomp.codec("bound:rel=1e-4,cname=zstd").spec == "bound:cname=zstd,rel=0.0001"
     assert mpicomp.codec("bound", abs=2.5).options["abs"] == 2.5
     assert mpicomp.codec("bound:abs=1e200").options["abs"] == 1e200  # float64's range
     for bad, why in [("bound", "takes one bound"), ("bound:abs=1e-3,rel=1e-3", "takes one bound"),
@@ -40,7 +40,7 @@ def tolerance(spec, x64, dtype):
 @given(dtype=st.sampled_from(DTYPES), n=st.sampled_from([1, 7, 16383, 16385, 40_000]),
        exponent=st.integers(-30, 30), rel=st.booleans(), bound_exp=st.integers(-6, 0),
        shape=st.sampled_from(["smooth", "noise", "spikes", "constant"]), seed=st.integers(0, 2**32 - 1),
-       cname=st.sampled_from(["zstd", "lz4"]))
+       cname=st.sampled_from(["lz4", "zstd"]))
 def test_one_encoding_keeps_the_bound(dtype, n, exponent, rel, bound_exp, shape, seed, cname):
     if dtype == "float16":
         exponent = min(max(exponent, -4), 4)
@@ -99,7 +99,9 @@ def test_smooth_data_compresses_and_noise_costs_its_entropy():
     c = mpicomp.codec("bound:abs=1e-3")
     ratio = {k: v.nbytes / c.encode(v).size for k, v in (("smooth", smooth), ("noise", noise))}
     # noise at 1e-3 of a unit Gaussian: about 10 bits of entropy per value (of 32)
-    assert 2.4 < ratio["noise"] < 3.6 and ratio["smooth"] > 1.6 * ratio["noise"], ratio
+    assert 2.2 < ratio["noise"] < 3.6 and ratio["smooth"] > 1.6 * ratio["noise"], ratio
+    # zstd finds more of the redundancy than lz4
+    assert mpicomp.codec("bound:abs=1e-3,cname=zstd").encode(smooth).size < 0.95 * c.encode(smooth).size
     # a coarser bound costs fewer bytes
     assert mpicomp.codec("bound:abs=1e-1").encode(noise).size < 0.7 * c.encode(noise).size
 

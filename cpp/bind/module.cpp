@@ -274,6 +274,8 @@ PYBIND11_MODULE(_core, m) {
     if (!wire_spec(name, given, s, in_force, why)) throw Error(ErrorKind::codec, why);
     return py::make_tuple(int(s.id), s.block, in_force);
   }, "A wire codec's (id, block, [(key, value)] options in force), its options checked (codecs/spec.h)");
+  m.def("acc_dtype", [](int codec, int dtype) { return int(acc_dtype(CodecId(codec), DType(dtype))); },
+        "The dtype id the collectives (and decode_accumulate) sum this codec's dtype in");
   m.def("encoded_bytes", [](int codec, uint32_t block, int dtype, size_t n) {
     return encoded_bytes(Spec{CodecId(codec), block}, DType(dtype), n);
   });

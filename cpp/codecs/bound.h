@@ -1,7 +1,7 @@
 // Layer 1, host memory: codec bound, error-bounded compression. Every finite element is
 // quantised to an integer code with the step that keeps it within the bound (uniform
 // quantisation, as SZ and ZCCL's SZp do), and the codes are compressed losslessly by
-// C-Blosc2 (bit shuffle, then zstd or lz4): smooth data costs few bits, noise what its
+// C-Blosc2 (bit shuffle, then lz4 or zstd): smooth data costs few bits, noise what its
 // entropy asks. Per chunk of codes, the encoder keeps the codes or the differences of
 // neighbours' codes, whichever is smaller (a smooth field's differences are near zero; a
 // noisy one's are twice its codes). NaN and +/-Inf have codes of their own and decode as
@@ -17,6 +17,8 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "format.h"
@@ -44,7 +46,8 @@ inline bool bound_relative(uint32_t block) { return (block & kBoundRel) != 0; }
 // the largest value is nearer the input than Inf. (float64 needs no clamp.)
 inline double saturated(double v, DType t) {
   const double top = t == DType::f16 ? 65504.0 : t == DType::bf16 ? 3.3895313892515355e38 : 3.4028234663852886e38;
-  return v > top && v <= 1.7976931348623157e308 ? top : v < -top && v >= -1.7976931348623157e308 ? -top : v;
+  const double clamped = std::min(std::max(v, -top), top);  // selects, without branches: vectorises
+  return std::fabs(v) <= 1.7976931348623157e308 ? clamped : v;
 }
 
 // Largest finite |x| over n elements of float dtype t (0 if none).

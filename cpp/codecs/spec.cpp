@@ -29,7 +29,7 @@ const std::vector<Option>& options_of(CodecId id) {
                {"filter", "shuffle", {{"none", 0}, {"shuffle", 1}, {"bitshuffle", 2}}, 0, 0, 1},
                {"clevel", "1", {}, 0, 9, 1}},
       // Exactly one of abs and rel (bound.h); rel relative to the largest magnitude.
-      bound = {{"abs", "", {}, 0, 0, 1, true}, {"rel", "", {}, 0, 1, 1, true}, {"cname", "zstd", {{"zstd", 0}, {"lz4", 1}}, 0, 0, 1}};
+      bound = {{"abs", "", {}, 0, 0, 1, true}, {"rel", "", {}, 0, 1, 1, true}, {"cname", "lz4", {{"zstd", 0}, {"lz4", 1}}, 0, 0, 1}};
   return is_blockwise(id) ? block : id == CodecId::blosc ? blosc : id == CodecId::bound ? bound : none;
 }
 

@@ -90,7 +90,7 @@ def cases(draw):
         bound = max(bound, 1e-2)
     n = draw(st.sampled_from([0, 1, 33, 1000, 70_001])) * (WORLD.size if coll == "reduce_scatter" else 1)
     return dict(coll=coll, dtype=dtype, shape=shape, spec=f"bound:{'rel' if rel else 'abs'}={bound:.3g}"
-                + draw(st.sampled_from(["", ",cname=lz4"])), avg=coll != "allgather" and draw(st.booleans()), n=n,
+                + draw(st.sampled_from(["", ",cname=zstd"])), avg=coll != "allgather" and draw(st.booleans()), n=n,
                 seed=draw(st.integers(0, 2**32 - 1)), nonfinite=draw(st.sampled_from([None, np.nan, np.inf, -np.inf])))
 
 

@@ -26,12 +26,12 @@ def _best(fn, repeats, sync=None):
 def kernels(c, x, dtype=None, stream=False):
     """Codec c's encode, decode and decode-accumulate of numpy array x, as calls of no
     arguments on buffers made once (x holds dtype's bytes, default x's own dtype; the
-    accumulator is what the collectives sum in: float64 for float64 through an exact codec,
-    else float32; stream: decode with streaming stores, as the collectives decode outputs of
+    accumulator is what the collectives sum in: float64 for float64 through an exact codec and
+    for bound, else float32; stream: decode with streaming stores, as the collectives decode outputs of
     _core.STREAM_BYTES and more)."""
     dtype = dtype or x.dtype.name
     n, t = x.size, DTYPE_IDS[dtype]
-    acc = np.zeros(n, np.float64 if dtype == "float64" and c.exact else np.float32)
+    acc = np.zeros(n, np.float64 if _core.acc_dtype(c.id, t) == DTYPE_IDS["float64"] else np.float32)
     buf, y = np.empty(c.encoded_bytes(n, dtype), np.uint8), np.empty_like(x)
     _core.encode(c.id, c.block, t, x.ctypes.data, n, 0, buf.ctypes.data)
     return (lambda: _core.encode(c.id, c.block, t, x.ctypes.data, n, 0, buf.ctypes.data),
@@ -55,7 +55,8 @@ def memcpy_gbps(x, repeats):
 def run(args):
     n, dtype = args.elements, args.dtype
     x = inputs.typed(inputs.make(args.data, n, 0), dtype)[1]  # the data's bytes (bfloat16's seen as float16)
-    specs = args.codecs or [get_codec(s) for s in available_codecs() if s != "none"]
+    # bound takes its bound (--codec bound:abs=...): no default suits every data
+    specs = args.codecs or [get_codec(s) for s in available_codecs() if s not in ("none", "bound")]
     specs = [c for c in specs if c.wire]  # powersgd is an allreduce, not a wire format
     records = []
     targets = _core.cpu_targets() if args.all_targets else [_core.cpu_target()]

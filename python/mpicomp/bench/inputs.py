@@ -1,7 +1,7 @@
 """What the benchmarks send: float32 data of a chosen kind, and the ratio a codec achieves on it."""
 import numpy as np
 
-KINDS = ("normal", "sparse", "relu", "random", "osu", "subnormal")
+KINDS = ("normal", "sparse", "relu", "smooth", "random", "osu", "subnormal")
 DTYPES = ("float32", "float16", "bfloat16", "float64")
 
 
@@ -10,7 +10,10 @@ def make(kind, n, seed):
     nothing on it, Blosc2's shuffle about 1.17x from the exponents). sparse: rows of 256 that
     are zero with probability 0.8, else normal, as the gradient of a token embedding is (rows
     of tokens not in the batch are zero). relu: normal noise through a ReLU, as activations
-    are (half of them zero, the rest dense). random: random bytes, which nothing compresses
+    are (half of them zero, the rest dense). smooth: a smooth 3-D field (sums of sines over a
+    grid of 128 x 128 planes, largest magnitude about 5; each seed shifts the phases), as a
+    simulation's fields are, where an error-bounded codec (bound) beats a fixed rate: ZCCL's
+    and SZ's case (issue 38). random: random bytes, which nothing compresses
     (the 1/256 of them that would be Inf or NaN get a finite exponent, so that sums stay
     finite). osu:
     what the OSU micro-benchmarks send (memset(buf, 1, size): every float 2.37e-38).
@@ -19,6 +22,10 @@ def make(kind, n, seed):
     if kind == "osu":
         return np.frombuffer(b"\x01" * (4 * n), np.float32).copy()
     rng = np.random.default_rng(seed)
+    if kind == "smooth":
+        i = np.arange(n, dtype=np.float64)
+        a, b, c = i // 16384 + rng.uniform(0, 50), (i // 128) % 128, i % 128
+        return (1.7 * (np.sin(a / 20) + np.cos(b / 15) * np.sin(c / 10) + np.cos((a + c) / 30))).astype(np.float32)
     if kind == "random":
         bits = rng.integers(0, 2**32, n, dtype=np.uint32)
         bits[(bits & 0x7F800000) == 0x7F800000] ^= 0x40000000
@@ -54,5 +61,5 @@ def as_float64(x):
 
 def ratio(c, x, dtype="float32"):
     """Input bytes / bytes one encoding of x puts on the wire (measured for lossless codecs,
-    which see bytes only: x is the numpy array of the data's bytes)."""
-    return x.nbytes / (c.encode(x).size if c.exact and c.id else c.encoded_bytes(x.size, dtype))
+    which see bytes only: x is the numpy array of the data's bytes, and for bound)."""
+    return x.nbytes / (c.encode(x).size if c.framed else c.encoded_bytes(x.size, dtype))

@@ -127,7 +127,8 @@ def iterations_note(args):
 def add_data(p):
     p.add_argument("--data", choices=inputs.KINDS, default="normal",
                    help="normal noise, sparse (80%% zero rows of 256, as an embedding's gradient), relu "
-                        "(noise through a ReLU, as activations), random (random bytes: incompressible), osu "
+                        "(noise through a ReLU, as activations), smooth (a smooth 3-D field, as simulations "
+                        "have), random (random bytes: incompressible), osu "
                         "(OSU's memset(buf, 1): every float 2.37e-38) or subnormal (noise * 1e-42)")
 
 
