@@ -180,10 +180,11 @@ MPICOMP_CLONES T absmax_of(const T* x, size_t n) {
 
 }  // namespace
 
-uint32_t bound_options(double bound, bool relative, bool lz4) {
+uint32_t bound_options(double bound, bool relative, bool lz4, bool stage) {
   uint64_t bits;
   std::memcpy(&bits, &bound, sizeof bits);
-  return (uint32_t(bits >> 32) & kBoundBits) | (relative ? kBoundRel : 0u) | (lz4 ? kBoundLz4 : 0u);
+  return (uint32_t(bits >> 32) & kBoundBits) | (relative ? kBoundRel : 0u) | (lz4 ? kBoundLz4 : 0u) |
+         (stage ? kBoundStage : 0u);
 }
 
 double finite_absmax(DType t, const void* x, size_t n) {
@@ -210,12 +211,21 @@ double finite_absmax(DType t, const void* x, size_t n) {
 size_t bound_encode(Spec s, DType t, const void* x, size_t n, uint8_t* out) {
   if (!n) return 0;
   const double m = finite_absmax(t, x, n);
-  const double e = bound_value(s.block) * (bound_relative(s.block) ? m : 1.0);
+  const double asked = bound_value(s.block) * (bound_relative(s.block) ? m : 1.0);
+  // What rounding the decoded values back to t may add is set aside (a collective's budget
+  // set aside its output's rounding already).
+  const double rounding = s.block & kBoundStage ? 0 : bound_rounding(t) * (m + asked) + bound_underflow(t);
+  const double e = asked - rounding;
+  if (m > 0 && !(rounding <= asked / 2))
+    throw Error(ErrorKind::codec, "codec bound: a bound of " + shown(asked) + " cannot be kept on " + dtype_name(t) +
+                                      " values of magnitude up to " + shown(m) + " (rounding to " + dtype_name(t) +
+                                      " alone errs by up to " + shown(rounding) + "); ask for at least " +
+                                      shown(2.02 * bound_rounding(t) * m + 2 * bound_underflow(t)));
   // No finite value but zeros: any step is exact. A bound near float64's largest: the largest step.
   const double step = m > 0 && e > 0 ? std::min(2 * (e / kMargin), DBL_MAX) : 1.0;
   if (m / step > kWide)
-    throw Error(ErrorKind::codec, "codec bound: a bound of " + shown(e) + " on values of magnitude up to " + shown(m) +
-                                      " takes more than 2^40 quantisation steps; ask for at least " +
+    throw Error(ErrorKind::codec, "codec bound: a bound of " + shown(asked) + " on values of magnitude up to " +
+                                      shown(m) + " takes more than 2^40 quantisation steps; ask for at least " +
                                       shown(m / kWide) + ", or use a lossless codec");
   const size_t w = m / step <= kNarrow ? 4 : 8, code_bytes = n * w, per = kChunkBytes / w;
   const size_t head = bound_head_bytes(code_bytes), chunks = frame_chunks(code_bytes);

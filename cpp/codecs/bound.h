@@ -25,14 +25,15 @@
 
 namespace mpicomp {
 
-// Spec::block of codec bound: the bound's float64 exponent and 19 leading mantissa bits
-// (bits 1-30; the rest cut: rounded down, never looser than asked), bit 31 set for a bound
+// Spec::block of codec bound: the bound's float64 exponent and 18 leading mantissa bits
+// (bits 2-30; the rest cut: rounded down, never looser than asked), bit 31 set for a bound
 // relative to the largest magnitude (of the result, in a collective; of the input, in one
-// encoding), bit 0 the compressor of the codes (1: lz4, 0: zstd).
-constexpr uint32_t kBoundRel = 0x80000000u, kBoundLz4 = 1u, kBoundBits = 0x7ffffffeu;
+// encoding), bit 1 set for a collective's share of a bound (coll/budget.h, which sets aside
+// the output's rounding itself), bit 0 the compressor of the codes (1: lz4, 0: zstd).
+constexpr uint32_t kBoundRel = 0x80000000u, kBoundStage = 2u, kBoundLz4 = 1u, kBoundBits = 0x7ffffffcu;
 // The bounds codec bound takes: float64's normal range.
 constexpr double kBoundMax = 1.7976931348623157e308, kBoundMin = 2.2250738585072014e-308;
-uint32_t bound_options(double bound, bool relative, bool lz4);
+uint32_t bound_options(double bound, bool relative, bool lz4, bool stage = false);
 inline double bound_value(uint32_t block) {
   const uint64_t bits = uint64_t(block & kBoundBits) << 32;
   double v;
@@ -50,13 +51,25 @@ inline double saturated(double v, DType t) {
   return std::fabs(v) <= 1.7976931348623157e308 ? clamped : v;
 }
 
+// Rounding a value v to dtype t errs by at most bound_rounding(t) * |v| + bound_underflow(t):
+// half a unit in the last place, and half the subnormal step. 16-bit outputs are rounded
+// through float32 (format.h: store_f32), which adds float32's half unit.
+inline double bound_rounding(DType t) {
+  return t == DType::f64 ? 0x1p-53 : t == DType::f16 ? 0x1p-11 + 0x1p-24 : t == DType::bf16 ? 0x1p-8 + 0x1p-24 : 0x1p-24;
+}
+inline double bound_underflow(DType t) {
+  return t == DType::f64 ? 0x1p-1074 : t == DType::f16 ? 0x1p-25 + 0x1p-150 : t == DType::bf16 ? 0x1p-134 + 0x1p-150
+                                                                                                 : 0x1p-150;
+}
+
 // Largest finite |x| over n elements of float dtype t (0 if none).
 double finite_absmax(DType t, const void* x, size_t n);
 
 // Encodes n elements of x (a float dtype) into out (room for encoded_bytes): every finite
-// element decodes within the bound of Spec::block (relative: times finite_absmax of x);
-// returns the bytes written. A bound finer than 2^-40 of the data's magnitude raises a codec
-// Error (the codes would not be exact in float64).
+// element decodes within the bound of Spec::block (relative: times finite_absmax of x), its
+// rounding back to dtype t included (but for a collective's share, kBoundStage); returns the
+// bytes written. A bound that rounding to t would use half of, or finer than 2^-38 of the
+// data's magnitude (the codes would not be exact in float64), raises a codec Error.
 size_t bound_encode(Spec s, DType t, const void* x, size_t n, uint8_t* out);
 // y (n elements of dtype t) = the decoded values times scale, rounded once to t.
 void bound_decode(const uint8_t* in, size_t n, double scale, DType t, void* y);

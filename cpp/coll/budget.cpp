@@ -12,26 +12,6 @@
 namespace mpicomp {
 namespace {
 
-// Rounding a value v to dtype t errs by at most rounding(t) * |v| + underflow(t): half a unit
-// in the last place, and half the subnormal step. 16-bit outputs are rounded through float32
-// (format.h: store_f32), which adds float32's half unit.
-double rounding(DType t) {
-  switch (t) {
-    case DType::f64: return 0x1p-53;
-    case DType::f16: return 0x1p-11 + 0x1p-24;
-    case DType::bf16: return 0x1p-8 + 0x1p-24;
-    default: return 0x1p-24;
-  }
-}
-double underflow(DType t) {
-  switch (t) {
-    case DType::f64: return 0x1p-1074;
-    case DType::f16: return 0x1p-25 + 0x1p-150;
-    case DType::bf16: return 0x1p-134 + 0x1p-150;
-    default: return 0x1p-150;
-  }
-}
-
 std::string shown(double v) {
   char b[32];
   std::snprintf(b, sizeof b, "%.3g", v);
@@ -53,16 +33,16 @@ double allreduce_one(MPI_Comm comm, double v, MPI_Op op) {
 Spec bound_stage(Spec user, DType t, double bound, double magnitude, double scale, int encodings) {
   encodings = std::max(encodings, 1);
   // No finite value but zeros: they and their sums are exact at any step.
-  if (!(magnitude > 0)) return Spec{CodecId::bound, bound_options(kBoundMax, false, user.block & kBoundLz4)};
+  if (!(magnitude > 0)) return Spec{CodecId::bound, bound_options(kBoundMax, false, user.block & kBoundLz4, true)};
   // The float64 sums and codes err by a few units of 2^-53 per step (bound.cpp: kMargin
   // covers the quantisation's own).
-  const double r = rounding(t) + (2.0 * encodings + 8) * 0x1p-53;
-  const double slack = r * (magnitude + bound) + underflow(t) / scale;
+  const double r = bound_rounding(t) + (2.0 * encodings + 8) * 0x1p-53;
+  const double slack = r * (magnitude + bound) + bound_underflow(t) / scale;
   const double each = (bound - slack) / encodings;
   // Codes stay below 2^40 steps (bound.cpp: kWide) for values up to magnitude plus the bound.
   const double finest = (magnitude + bound) / 0x1p38;
   if (!(slack <= bound / 2) || !(each >= finest) || !(each >= kBoundMin)) {
-    const double need = std::max(2 * (r * magnitude + underflow(t) / scale) / (1 - 2 * r),
+    const double need = std::max(2 * (r * magnitude + bound_underflow(t) / scale) / (1 - 2 * r),
                                  2 * encodings * std::max(magnitude / 0x1p38, kBoundMin));
     throw Error(ErrorKind::codec, "codec bound: an error bound of " + shown(bound * scale) + " cannot be kept on " +
                                       dtype_name(t) + " data of magnitude up to " + shown(magnitude * scale) +
@@ -70,7 +50,7 @@ Spec bound_stage(Spec user, DType t, double bound, double magnitude, double scal
                                       shown(slack * scale) + "); ask for at least " + shown(need * scale * 1.01) +
                                       ", or use a lossless codec");
   }
-  return Spec{CodecId::bound, bound_options(std::min(each, kBoundMax), false, user.block & kBoundLz4)};
+  return Spec{CodecId::bound, bound_options(std::min(each, kBoundMax), false, user.block & kBoundLz4, true)};
 }
 
 void run_bounded(MPI_Comm comm, const CommInfo& ci, Spec user, DType t, const void* x, size_t nx, const void* y,
@@ -99,7 +79,7 @@ void run_bounded(MPI_Comm comm, const CommInfo& ci, Spec user, DType t, const vo
   for (int run = 0;; ++run) {
     once(now, input);
     const double largest = allreduce_one(comm, finite_absmax(t, y, ny), MPI_MAX) / scale;
-    const double low = largest * (1 - 2 * rounding(t)) - bound_now;
+    const double low = largest * (1 - 2 * bound_rounding(t)) - bound_now;
     if (asked * low >= bound_now) return;
     if (low > 0) return once(bound_stage(user, t, asked * low, magnitude, scale, encodings), input);
     const Error too_fine(ErrorKind::codec, "codec bound: rel=" + shown(asked) + " of a result far smaller than its " +

@@ -425,9 +425,9 @@ class BoundCodec(Codec):
     shows). A bound that rounding to the dtype would use up, or below 2**-38 of the data's
     magnitude, raises CodecError on every rank. NaN and Inf pass through exactly. float64 is
     quantised and summed in float64. Error feedback does not apply (the bound holds in
-    every call; an ErrorFeedback's residual is left as it is). One encode/decode errs by at
-    most the bound (``rel``: times the input's largest finite magnitude) plus the output
-    dtype's rounding (``tolerance``)."""
+    every call; an ErrorFeedback's residual is left as it is). One encode/decode keeps the
+    bound too (``rel``: times the input's largest finite magnitude), its rounding back to
+    the dtype included."""
 
     name, id, host_only, framed = "bound", _IDS["bound"], True, True
 
@@ -445,8 +445,7 @@ class BoundCodec(Codec):
         a = np.abs(np.asarray(x, np.float64))
         finite = a[np.isfinite(a)]
         e = self.options["abs"] if "abs" in self.options else self.options["rel"] * (finite.max() if finite.size else 0)
-        rounding = {np.dtype(np.float64): 2.0**-53, np.dtype(np.float32): 2.0**-24}.get(np.asarray(x).dtype, 2.0**-8)
-        return e + (a + e) * rounding + 2.0**-133
+        return np.full(a.shape, float(e))
 
     def _check_size(self, size, count, dtype):
         if size > self.encoded_bytes(count, dtype) or size % _FRAME_ALIGN or (count and size < 16):

@@ -191,10 +191,17 @@ def run(args, comm=MPI.COMM_WORLD):
                     # One more call, counted: whether this size travels compressed (min_bytes,
                     # skip_local, codec "auto"'s decision), and the result -c checks.
                     config.hierarchy = hierarchy
-                    before = stats()[op.name]["compressed"]
+                    before = stats()[op.name]
                     op.run(x[0], y, c, comm)
-                    compressed = stats()[op.name]["compressed"] > before
-                    rec["ratio"] = inputs.ratio(c, x[1], args.dtype) if compressed else 1.0
+                    after = stats()[op.name]
+                    compressed = after["compressed"] > before["compressed"]
+                    # Frames (lossless codecs, bound) take what the data needs: the bytes this
+                    # call sent, summed over ranks (bound's share of its error bound differs by
+                    # stage, so one encoding's ratio would not be the call's).
+                    sent = comm.allreduce(np.array([after["bytes_plain"] - before["bytes_plain"],
+                                                    after["bytes_wire"] - before["bytes_wire"]], np.float64))
+                    rec["ratio"] = ((sent[0] / sent[1] if c.framed else inputs.ratio(c, x[1], args.dtype))
+                                    if compressed else 1.0)
                     if c.adaptive:
                         rec["auto_break_even"] = auto.model(comm, op.name, args.dtype, c)["break_even"]
                     if args.validation:
@@ -202,6 +209,7 @@ def run(args, comm=MPI.COMM_WORLD):
                             y.reshape(-1)[0] += 1.0
                         diff = np.abs(inputs.as_float64(y) - exact)
                         rec["max_rel_error"] = float(diff.max() / max(np.abs(exact).max(), 1e-30))
+                        rec["max_abs_error"] = float(comm.allreduce(diff.max(), op=MPI.MAX))
                         allowed = (_bound(op, xs, exact, c, comm, args.dtype) if compressed
                                    else _ROUNDING[args.dtype] * np.abs(exact) + 1e-6)
                         failures += comm.allreduce(int(np.count_nonzero(~(diff <= allowed))))
