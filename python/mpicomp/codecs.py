@@ -415,7 +415,7 @@ class BoundCodec(Codec):
     within 1e-3 of the exact one, ``bound:rel=1e-4`` within 1e-4 times the exact result's
     largest magnitude. Each finite value is quantised to an integer code with the step the
     bound asks for, and the codes are compressed losslessly by C-Blosc2 (bit shuffle, then
-    ``cname`` lz4, the default, or zstd: about 1.5x slower, 10-40% fewer bytes), per 64 KiB
+    ``cname`` lz4, the default, or zstd: about 1.7x slower, up to 30% fewer bytes), per 64 KiB
     of codes either as they are or as differences of neighbours, whichever is smaller:
     smooth fields cost a few bits per value, noise what its entropy asks. A collective splits the bound over the encodings a value goes through
     (an allreduce on p ranks: p, a reduce_scatter p - 1, an allgather 1) and sums in float64,
