@@ -39,7 +39,7 @@ double load(DType t, const void* x, size_t i) {
   return t == DType::f64 ? static_cast<const double*>(x)[i] : double(load_f32(x, t, i));
 }
 
-// The codes' lossless frame: Blosc2, bit shuffle, zstd (or lz4) at level 1.
+// The codes' lossless frame: Blosc2, bit shuffle, lz4 (or zstd) at level 1.
 Spec codes_spec(uint32_t block) { return Spec{CodecId::blosc, blosc_options(block & kBoundLz4 ? 1 : 5, 2, 1)}; }
 
 std::string shown(double v) {
@@ -57,9 +57,6 @@ constexpr C kNaNCode = std::numeric_limits<C>::min();
 // build keeps it (-ffp-contract=off, no -ffast-math).
 constexpr double kRound = 6755399441055744.0;  // 1.5 * 2^52
 
-// Codes of len elements of x (float or double) into q, zigzag-coded; true when they are the
-// differences of neighbours' codes (never for a chunk holding NaN or Inf, whose codes do not
-// subtract).
 // Bits of a float or double, and those of its exponent field: all set for NaN and +/-Inf.
 template <class S>
 using Bits = std::conditional_t<sizeof(S) == 4, uint32_t, uint64_t>;
@@ -79,6 +76,9 @@ size_t nonfinite(const S* x, size_t len) {
   return bad;
 }
 
+// Codes of len elements of x (float or double) into q, zigzag-coded; true when they are the
+// differences of neighbours' codes (never for a chunk holding NaN or Inf, whose codes do not
+// subtract).
 template <class S, class C>
 MPICOMP_CLONES bool quantize_chunk(const S* x, size_t len, double inv, C* q) {
   using U = std::make_unsigned_t<C>;

@@ -74,10 +74,9 @@ def seeds(corpus):
             x = rng.standard_normal(n).astype(dtype)
             x[100:400] = 0  # runs that lz4 compresses
             frame = mpicomp.codec(name, **({"block": 64} if name in ("int8", "int4", "sign") else {})).encode(x)
-            name = name.split(":")[0]
             # block 64 (32 * (1 + 1)); for blosc, byte 2 = 9 names zstd and shuffle, its defaults
             header = bytes([ci, di, 9 if name == "blosc" else 1, n & 255, n >> 8])
-            (corpus / f"{name}-{dtype}").write_bytes(header + frame.tobytes())
+            (corpus / f"{name.split(':')[0]}-{dtype}").write_bytes(header + frame.tobytes())
 
 
 if __name__ == "__main__":
