@@ -178,8 +178,7 @@ float* residual_of(const Tiling& T, const CollArgs& a) {
 // Runs once(T, x): as it is, or for codec bound with the share of the bound each of the
 // `encodings` a value goes through may take (budget.h); x has nx elements, y ny.
 void bounded(MPI_Comm comm, const CommInfo& ci, const Tiling& T, const CollArgs& a, const void* x, size_t nx, void* y,
-             size_t ny,
-             double scale, int encodings, bool reduction,
+             size_t ny, double scale, int encodings, bool reduction,
              const std::function<void(const Tiling&, const void*)>& once) {
   if (T.wire.id != CodecId::bound) return once(T, x);
   if (a.engine) throw Error(ErrorKind::backend, "codec bound runs on host buffers only");
@@ -285,11 +284,12 @@ void allreduce_call(MPI_Comm comm, const void* x, void* y, const CollArgs& a, st
   float* res = residual_of(T, a);
   FrameDamage damage;
   rec.algo = two_level ? Algo::two_level : Algo::flat;
-  bounded(comm, ci, T, a, x, a.count, y, a.count, scale, two_level ? nodes.nodes : ci.size, true, [&](const Tiling& U, const void* in) {
-    if (two_level) return two_level_allreduce(nodes, e, U, in, y, a.count, res, scale, damage);
-    Links links(nodes);
-    flat_allreduce(comm, ci, e, U, in, y, a.count, res, scale, damage);
-  });
+  bounded(comm, ci, T, a, x, a.count, y, a.count, scale, two_level ? nodes.nodes : ci.size, true,
+          [&](const Tiling& U, const void* in) {
+            if (two_level) return two_level_allreduce(nodes, e, U, in, y, a.count, res, scale, damage);
+            Links links(nodes);
+            flat_allreduce(comm, ci, e, U, in, y, a.count, res, scale, damage);
+          });
   if (is_framed(T.wire.id)) check_frames(comm, ci, damage);
 }
 
