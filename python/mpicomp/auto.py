@@ -51,7 +51,7 @@ class AutoCodec(Codec):
         if isinstance(inner, AutoCodec) or inner.device_only:
             raise CodecError(f"codec 'auto' may use a host wire codec, not {inner.spec!r}")
         self.inner = inner
-        self.id, self.block, self.exact = inner.id, inner.block, inner.exact
+        self.id, self.block, self.exact, self.framed = inner.id, inner.block, inner.exact, inner.framed
         self.call_id = inner.id | _core.AUTO_BIT
         self.options = types.MappingProxyType({"codec": inner.spec})
 
