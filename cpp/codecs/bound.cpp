@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <mutex>
@@ -41,12 +42,6 @@ double load(DType t, const void* x, size_t i) {
 
 // The codes' lossless frame: Blosc2, bit shuffle, lz4 (or zstd) at level 1.
 Spec codes_spec(uint32_t block) { return Spec{CodecId::blosc, blosc_options(block & kBoundLz4 ? 1 : 5, 2, 1)}; }
-
-std::string shown(double v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.6g", v);
-  return b;
-}
 
 // NaN, +Inf and -Inf take the three most negative codes, which no finite value reaches.
 template <class C>
@@ -180,6 +175,12 @@ MPICOMP_CLONES T absmax_of(const T* x, size_t n) {
 
 }  // namespace
 
+std::string shown(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3g", v);
+  return b;
+}
+
 uint32_t bound_options(double bound, bool relative, bool lz4, bool stage) {
   uint64_t bits;
   std::memcpy(&bits, &bound, sizeof bits);
@@ -226,7 +227,7 @@ size_t bound_encode(Spec s, DType t, const void* x, size_t n, uint8_t* out) {
   if (m / step > kWide)
     throw Error(ErrorKind::codec, "codec bound: a bound of " + shown(asked) + " on values of magnitude up to " +
                                       shown(m) + " takes more than 2^40 quantisation steps; ask for at least " +
-                                      shown(m / kWide) + ", or use a lossless codec");
+                                      shown(1.01 * m / kWide) + ", or use a lossless codec");
   const size_t w = m / step <= kNarrow ? 4 : 8, code_bytes = n * w, per = kChunkBytes / w;
   const size_t head = bound_head_bytes(code_bytes), chunks = frame_chunks(code_bytes);
   std::memset(out, 0, head);

@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 
 #include "format.h"
 
@@ -61,6 +62,9 @@ inline double bound_underflow(DType t) {
   return t == DType::f64 ? 0x1p-1074 : t == DType::f16 ? 0x1p-25 + 0x1p-150 : t == DType::bf16 ? 0x1p-134 + 0x1p-150
                                                                                                  : 0x1p-150;
 }
+
+// v for an error message: 3 significant digits (the bound's messages, here and coll/budget.h).
+std::string shown(double v);
 
 // Largest finite |x| over n elements of float dtype t (0 if none).
 double finite_absmax(DType t, const void* x, size_t n);

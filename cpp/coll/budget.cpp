@@ -1,7 +1,6 @@
 #include "budget.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <string>
 
 #include "../codecs/bound.h"
@@ -10,25 +9,6 @@
 #include "scratch.h"
 
 namespace mpicomp {
-namespace {
-
-std::string shown(double v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.3g", v);
-  return b;
-}
-
-// MPI_Allreduce of one double. On the heap, and left there if the call times out: MPI may
-// still write its result (deadline.h: mpi_collective).
-double allreduce_one(MPI_Comm comm, double v, MPI_Op op) {
-  double* b = new double[2]{v, 0};
-  mpi_collective("MPI_Allreduce", [&](mpic::Requests* rs) { mpic::allreduce(b, b + 1, 1, MPI_DOUBLE, op, comm, rs); });
-  const double r = b[1];
-  delete[] b;
-  return r;
-}
-
-}  // namespace
 
 Spec bound_stage(Spec user, DType t, double bound, double magnitude, double scale, int encodings) {
   encodings = std::max(encodings, 1);
@@ -61,7 +41,7 @@ void run_bounded(MPI_Comm comm, const CommInfo& ci, Spec user, DType t, const vo
   // The largest input of any rank: partial sums stay within size times it, and a relative
   // bound takes it as the estimate of the result's largest magnitude (a sum of size
   // gradients that agree is larger, one whose terms cancel smaller: checked below).
-  const double top = allreduce_one(comm, finite_absmax(t, x, nx), MPI_MAX);
+  const double top = allreduce_one(comm, finite_absmax(t, x, nx), MPI_DOUBLE, MPI_MAX);
   const double magnitude = reduction ? top * ci.size : top;
   const double bound = rel ? asked * top : asked / scale;  // in the sums' units
   const Spec stage = bound_stage(user, t, bound, magnitude, scale, encodings);
@@ -78,7 +58,7 @@ void run_bounded(MPI_Comm comm, const CommInfo& ci, Spec user, DType t, const vo
   Spec now = stage;
   for (int run = 0;; ++run) {
     once(now, input);
-    const double largest = allreduce_one(comm, finite_absmax(t, y, ny), MPI_MAX) / scale;
+    const double largest = allreduce_one(comm, finite_absmax(t, y, ny), MPI_DOUBLE, MPI_MAX) / scale;
     const double low = largest * (1 - 2 * bound_rounding(t)) - bound_now;
     if (asked * low >= bound_now) return;
     if (low > 0) return once(bound_stage(user, t, asked * low, magnitude, scale, encodings), input);

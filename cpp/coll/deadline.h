@@ -74,6 +74,17 @@ void mpi_collective(const char* what, Call call) {
   wait_collectives(rs, what);
 }
 
+// MPI_Allreduce of one value v of MPI type t, through mpi_collective. Its buffers are on the
+// heap, and left there if the call times out: MPI may still write the result.
+template <class T>
+T allreduce_one(MPI_Comm comm, T v, MPI_Datatype t, MPI_Op op) {
+  T* b = new T[2]{v, T()};
+  mpi_collective("MPI_Allreduce", [&](mpic::Requests* rs) { mpic::allreduce(b, b + 1, 1, t, op, comm, rs); });
+  const T r = b[1];
+  delete[] b;
+  return r;
+}
+
 void wait_all(int n, MPI_Request* r, const char* what);
 void wait_one(MPI_Request* r, MPI_Status* status, const char* what);
 // The index of the request that completed.

@@ -88,12 +88,8 @@ ReducedPart reduced_part(Engine& e, Spec wire, DType t, DType sum_t, void* acc, 
 }
 
 void check_frames(MPI_Comm c, const CommInfo& ci, const FrameDamage& d) {
-  // {this rank's, the highest rank's that met damage}, + 1. On the heap, and left there if
-  // the reduction times out: MPI may still write its result (deadline.h: mpi_collective).
-  int* v = new int[2]{d.source < 0 ? 0 : ci.rank + 1, 0};
-  mpi_collective("MPI_Allreduce", [&](mpic::Requests* rs) { mpic::allreduce(v, v + 1, 1, MPI_INT, MPI_MAX, c, rs); });
-  const int first = v[1];
-  delete[] v;
+  // The highest rank that met damage, + 1 (0: none).
+  const int first = allreduce_one(c, d.source < 0 ? 0 : ci.rank + 1, MPI_INT, MPI_MAX);
   if (!first) return;
   if (d.source >= 0)
     throw Error(ErrorKind::codec, "rank " + std::to_string(ci.rank) + " received a corrupt frame from rank " +
