@@ -100,11 +100,10 @@ void check_combination(int dt, int codec, bool avg, const std::string& name) {
     throw Error(ErrorKind::codec, std::string("codec '") + codec_name(CodecId(codec)) +
                                       "' compresses floating-point data only, but " + name + " has dtype " +
                                       dtype_name(DType(dt)) + "; use codec='none' for integer arrays");
-  // Lossy codecs quantise in float32, which would round float64 or overflow it to inf.
-  // Lossless frames move float64 exactly, and reductions sum it in float64 (format.h: acc_dtype),
-  // as codec bound does, which computes in float64.
-  if (dt == int(DType::f64) && codec != int(CodecId::none) && !is_lossless(CodecId(codec)) &&
-      codec != int(CodecId::bound))
+  // float64 goes through the codecs that sum it in float64 (format.h: acc_dtype): none and the
+  // lossless ones, whose frames move it exactly, and bound, which quantises in float64. The
+  // other lossy codecs quantise in float32, which would round float64 or overflow it to inf.
+  if (dt == int(DType::f64) && acc_dtype(CodecId(codec), DType::f64) != DType::f64)
     throw Error(ErrorKind::codec, std::string("codec '") + codec_name(CodecId(codec)) +
                                       "' computes in float32, but " + name + " has dtype float64, whose values it "
                                       "would round (or overflow to inf); use codec='none' or a lossless codec for "
@@ -298,8 +297,8 @@ PYBIND11_MODULE(_core, m) {
                            ptr<void>(base));
   }, py::arg("codec"), py::arg("block"), py::arg("dtype"), py::arg("in"), py::arg("n"), py::arg("acc"),
      py::arg("base") = 0,
-     "acc = base + decoded (base 0: acc += decoded), in what the collectives sum in: float32, or float64 for float64 "
-     "through none or a lossless codec");
+     "acc = base + decoded (base 0: acc += decoded), in what the collectives sum in (acc_dtype): float32, or "
+     "float64 for float64 through none or a lossless codec and for codec bound");
   m.def("cpu_targets", &cpu_targets, "SIMD targets this CPU supports, best first");
   m.def("cpu_target", [] { return std::string(cpu_kernels().target); });
   m.def("set_cpu_target", &set_cpu_target);

@@ -14,7 +14,7 @@ std::string trimmed(const std::string& s) {
 }
 
 // A codec's options with their defaults, and each option's values (a table of names packed
-// into Spec::block, an integer range, or with `real` a number in (0, hi]).
+// into Spec::block, an integer range, or with `real` a number in [kBoundMin, hi or kBoundMax]).
 struct Option {
   const char* key;
   const char* fallback;  // "": none (given or left out)
@@ -39,7 +39,7 @@ bool real_of(const Option& o, const std::string& codec, const std::string& text,
   const double v = std::strtod(text.c_str(), &end);
   const double hi = o.hi ? double(o.hi) : kBoundMax;
   if (text.empty() || *end || !(v >= kBoundMin && v <= hi)) {
-    why = "codec '" + codec + "': " + o.key + " must be a number in [2.2e-308, " + (o.hi ? std::to_string(o.hi) : "1.8e308") +
+    why = "codec '" + codec + "': " + o.key + " must be a number in [" + shown(kBoundMin) + ", " + shown(hi) +
           "], got " + text;
     return false;
   }
@@ -125,10 +125,13 @@ bool wire_spec(const std::string& name, const SpecOptions& given, Spec& spec, Sp
     std::string text = options[i].fallback;
     for (auto& [key, value] : given)
       if (key == options[i].key) text = value;
-    if (options[i].real && text.empty()) continue;
-    if (options[i].real ? (++reals, values[i] = 1, !real_of(options[i], name, text, real, why))
-                        : !value_of(options[i], name, text, values[i], why))
+    if (options[i].real) {  // given or not at all; values[i]: whether given
+      if (text.empty()) continue;
+      ++reals, values[i] = 1;
+      if (!real_of(options[i], name, text, real, why)) return false;
+    } else if (!value_of(options[i], name, text, values[i], why)) {
       return false;
+    }
     in_force.emplace_back(options[i].key, text);
   }
   spec = Spec{CodecId(id), is_blockwise(CodecId(id)) ? values[0] : 0};
