@@ -427,7 +427,8 @@ class BoundCodec(Codec):
     quantised and summed in float64. Error feedback does not apply (the bound holds in
     every call; an ErrorFeedback's residual is left as it is). One encode/decode keeps the
     bound too (``rel``: times the input's largest finite magnitude), its rounding back to
-    the dtype included."""
+    the dtype included. ``ratio()`` is the worst case (8 bytes per element, whatever the
+    dtype); ``x.nbytes / len(encode(x))`` measures real data's."""
 
     name, id, host_only, framed = "bound", _IDS["bound"], True, True
 
@@ -435,11 +436,6 @@ class BoundCodec(Codec):
     def spec(self):
         return "bound:" + ",".join(f"{k}={v}" for k, v in sorted(self.options.items())
                                    if (k, v) != ("cname", "lz4"))
-
-    def ratio(self, dtype="float32"):
-        """Worst case (no code compresses: 8 bytes per element, whatever the dtype); the
-        ratio of real data is ``x.nbytes / len(encode(x))``."""
-        return super().ratio(dtype)
 
     def tolerance(self, x):
         a = np.abs(np.asarray(x, np.float64))

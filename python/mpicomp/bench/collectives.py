@@ -198,10 +198,12 @@ def run(args, comm=MPI.COMM_WORLD):
                     # Frames (lossless codecs, bound) take what the data needs: the bytes this
                     # call sent, summed over ranks (bound's share of its error bound differs by
                     # stage, so one encoding's ratio would not be the call's).
-                    sent = comm.allreduce(np.array([after["bytes_plain"] - before["bytes_plain"],
-                                                    after["bytes_wire"] - before["bytes_wire"]], np.float64))
-                    rec["ratio"] = ((sent[0] / sent[1] if c.framed else inputs.ratio(c, x[1], args.dtype))
-                                    if compressed else 1.0)
+                    if compressed and c.framed:
+                        sent = comm.allreduce(np.array([after["bytes_plain"] - before["bytes_plain"],
+                                                        after["bytes_wire"] - before["bytes_wire"]], np.float64))
+                        rec["ratio"] = sent[0] / sent[1]
+                    else:
+                        rec["ratio"] = inputs.ratio(c, x[1], args.dtype) if compressed else 1.0
                     if c.adaptive:
                         rec["auto_break_even"] = auto.model(comm, op.name, args.dtype, c)["break_even"]
                     if args.validation:
