@@ -27,28 +27,33 @@ struct Registered {
   std::vector<MPI_Request>* v;
   MPI_Request* r;
   int n;
+  Posted::Kind kind;
   const Posted* guard;  // whose registration it is
 };
 thread_local std::vector<Registered> t_posted;
 
 // Gives up on requests still active after a timeout. Receives are cancelled and completed,
-// so a late rank's message can never land in memory reused later; sends cannot be taken back
-// reliably (MPI-4 deprecates cancelling them) and are freed, to complete when matched.
-void abandon(int n, MPI_Request* r) {
-  for (int i = 0; i < n; ++i)
-    if (r[i] != MPI_REQUEST_NULL) PMPI_Cancel(&r[i]);
-  const auto grace = Clock::now() + std::chrono::milliseconds(100);
+// so a late rank's message can never land in memory reused later. Sends cannot be taken back
+// reliably (MPI-4 deprecates cancelling them, and MPICH 5 over UCX can crash in
+// ucp_request_cancel: seen in the fault tests' stalled ZeRO1 steps) and are freed, to
+// complete when matched. A request found complete is only completed.
+void abandon(int n, MPI_Request* r, Posted::Kind kind) {
+  for (int i = 0; i < n; ++i) {
+    int done = 0;
+    if (r[i] != MPI_REQUEST_NULL) PMPI_Test(&r[i], &done, MPI_STATUS_IGNORE);
+    if (r[i] != MPI_REQUEST_NULL && !done && kind == Posted::receives) PMPI_Cancel(&r[i]);
+  }
+  const auto grace = Clock::now() + std::chrono::milliseconds(kind == Posted::receives ? 100 : 0);
   for (int i = 0; i < n; ++i) {
     int done = 0;
     while (r[i] != MPI_REQUEST_NULL && !done && Clock::now() < grace) PMPI_Test(&r[i], &done, MPI_STATUS_IGNORE);
-    if (r[i] != MPI_REQUEST_NULL) PMPI_Request_free(&r[i]);
+    if (r[i] != MPI_REQUEST_NULL && !done) PMPI_Request_free(&r[i]);
   }
 }
 
-[[noreturn]] void expire(int n, MPI_Request* r, const char* what) {
-  abandon(n, r);
+[[noreturn]] void expire(const char* what) {
   for (Registered& p : t_posted)
-    p.v ? abandon(int(p.v->size()), p.v->data()) : abandon(p.n, p.r);
+    p.v ? abandon(int(p.v->size()), p.v->data(), p.kind) : abandon(p.n, p.r, p.kind);
   abandon_scratch();  // the abandoned requests may still use them
   t_expired = true;
   char secs[32];
@@ -87,7 +92,7 @@ constexpr auto kCollectiveSpin = std::chrono::milliseconds(20);
 constexpr auto kNap = std::chrono::microseconds(10), kMaxNap = std::chrono::microseconds(250);
 
 template <class Test>
-void poll(int n, MPI_Request* r, const char* what, Test test, std::chrono::microseconds spin_for = kSpin) {
+void poll(const char* what, Test test, std::chrono::microseconds spin_for = kSpin) {
   const bool yield = oversubscribed();
   const auto start = Clock::now();
   auto nap = std::chrono::microseconds(0);  // > 0: past kSpin, a nap after every poll
@@ -95,7 +100,7 @@ void poll(int n, MPI_Request* r, const char* what, Test test, std::chrono::micro
     if (test()) return;
     if (nap.count() || spin % 64 == 63) {
       const auto now = Clock::now();
-      if (t_timed && now >= t_deadline) expire(n, r, what);
+      if (t_timed && now >= t_deadline) expire(what);
       if (now - start > spin_for) {
         nap = std::min(nap + kNap, kMaxNap);
         std::this_thread::sleep_for(nap);
@@ -108,8 +113,8 @@ void poll(int n, MPI_Request* r, const char* what, Test test, std::chrono::micro
 
 }  // namespace
 
-Posted::Posted(std::vector<MPI_Request>& v) { t_posted.push_back({&v, nullptr, 0, this}); }
-Posted::Posted(MPI_Request* r, int n) { t_posted.push_back({nullptr, r, n, this}); }
+Posted::Posted(std::vector<MPI_Request>& v, Kind k) { t_posted.push_back({&v, nullptr, 0, k, this}); }
+Posted::Posted(MPI_Request* r, int n, Kind k) { t_posted.push_back({nullptr, r, n, k, this}); }
 Posted::~Posted() {
   for (size_t i = t_posted.size(); i-- > 0;)
     if (t_posted[i].guard == this) {
@@ -192,7 +197,7 @@ CallScope::~CallScope() {
 void wait_all(int n, MPI_Request* r, const char* what) {
   if (n == 0) return;
   if (mpi_waits()) return mpi_check(PMPI_Waitall(n, r, MPI_STATUSES_IGNORE), what);
-  poll(n, r, what, [&] {
+  poll(what, [&] {
     int done = 0;
     mpi_check(PMPI_Testall(n, r, &done, MPI_STATUSES_IGNORE), what);
     return done != 0;
@@ -204,7 +209,7 @@ bool mpi_waits() { return !t_timed && !oversubscribed(); }
 
 void wait_collectives(mpic::Requests& rs, const char* what) {
   const int n = int(rs.size());
-  poll(0, nullptr, what, [&] {  // n = 0: nothing of these for expire() to cancel
+  poll(what, [&] {  // registered nowhere: MPI's collectives can be neither cancelled nor freed
     int done = 0;
     mpi_check(PMPI_Testall(n, rs.data(), &done, MPI_STATUSES_IGNORE), what);
     return done != 0;
@@ -213,7 +218,7 @@ void wait_collectives(mpic::Requests& rs, const char* what) {
 
 void wait_one(MPI_Request* r, MPI_Status* status, const char* what) {
   if (mpi_waits()) return mpi_check(PMPI_Wait(r, status), what);
-  poll(1, r, what, [&] {
+  poll(what, [&] {
     int done = 0;
     mpi_check(PMPI_Test(r, &done, status), what);
     return done != 0;
@@ -226,7 +231,7 @@ int wait_any(int n, MPI_Request* r, const char* what) {
     mpi_check(PMPI_Waitany(n, r, &k, MPI_STATUS_IGNORE), what);
     return k;
   }
-  poll(n, r, what, [&] {
+  poll(what, [&] {
     int done = 0;
     mpi_check(PMPI_Testany(n, r, &k, &done, MPI_STATUS_IGNORE), what);
     return done != 0;
@@ -240,7 +245,7 @@ int wait_some(int n, MPI_Request* r, int* idx, const char* what) {
     mpi_check(PMPI_Waitsome(n, r, &count, idx, MPI_STATUSES_IGNORE), what);
     return count;
   }
-  poll(n, r, what, [&] {
+  poll(what, [&] {
     mpi_check(PMPI_Testsome(n, r, &count, idx, MPI_STATUSES_IGNORE), what);
     return count != 0;
   });

@@ -1,6 +1,6 @@
 // The core's waits for MPI requests, under the optional timeout Config::timeout_s. Without
 // one they are MPI's own (MPI_Waitall, ...). With one they poll, and a call that is still
-// waiting when its time is up cancels what it has posted and raises ErrorKind::timeout: a
+// waiting when its time is up gives up what it has posted (Posted) and raises ErrorKind::timeout: a
 // rank that never reaches a collective makes the others fail instead of hanging forever.
 // The time is counted from the start of the top-level call (CallScope).
 #pragma once
@@ -35,11 +35,13 @@ class CallScope {
 // Requests a call has posted and may not have completed when a wait expires: all of them
 // are abandoned then, not only the ones waited for, so that no late message can land in a
 // buffer after the call has given it up. Registered for the guard's lifetime; guards may end
-// in any order (an allreduce's stages in flight together).
+// in any order (an allreduce's stages in flight together). Every request a wait may expire
+// on is registered, with its kind: receives are cancelled, sends only freed (deadline.cpp).
 class Posted {
  public:
-  explicit Posted(std::vector<MPI_Request>& v);
-  Posted(MPI_Request* r, int n);
+  enum Kind { receives, sends };
+  Posted(std::vector<MPI_Request>& v, Kind k);
+  Posted(MPI_Request* r, int n, Kind k);
   ~Posted();
   Posted(const Posted&) = delete;
   Posted& operator=(const Posted&) = delete;

@@ -142,20 +142,20 @@ struct Exchange {
 
   void send(MPI_Comm c, int peer, Span s) {
     MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-    Posted posted(r, 2);
+    Posted posted(r, 2, Posted::sends);
     post_send(c, peer, s, 0, r);
     wait_all(2, r, "MPI_Waitall");
   }
   // True when the payload arrived and everyone so far agrees: it may be used.
   bool recv(MPI_Comm c, int peer, Span into) {
     MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-    Posted posted(r, 2);
+    Posted posted(r, 2, Posted::receives);
     post_recv(c, peer, into, r);
     return finish_recv(c, peer, into, r) && agreed();
   }
   bool sendrecv(MPI_Comm c, int peer, Span s, Span into) {
     MPI_Request r[4] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-    Posted posted(r, 4);
+    Posted receives(r, 2, Posted::receives), sends(r + 2, 2, Posted::sends);
     post_recv(c, peer, into, r);
     post_send(c, peer, s, into.n, r + 2);
     bool same = finish_recv(c, peer, into, r);

@@ -182,6 +182,7 @@ void send(MPI_Comm comm, const void* x, int dest, int tag, const CollArgs& a) {
   std::memcpy(m, &h, sizeof h);
   if (attached) std::memcpy(m + sizeof h, x, attached);
   MPI_Request head = MPI_REQUEST_NULL;
+  Posted posted_head(&head, 1, Posted::sends);
   mpi_check(PMPI_Isend(m, int(sizeof h + attached), MPI_BYTE, dest, tag, comm, &head), "MPI_Isend");
   wait_all(1, &head, "MPI_Wait");
   if (h.sig.eager) return record();
@@ -193,7 +194,7 @@ void send(MPI_Comm comm, const void* x, int dest, int tag, const CollArgs& a) {
   bool direct = wire.id == CodecId::none && !a.engine;
   uint8_t* buf = direct ? nullptr : e.wire(1, part_bytes(wire, a.dtype, a.count, h.seg));
   std::vector<MPI_Request> reqs(nsegs(a.count, h.seg), MPI_REQUEST_NULL);
-  Posted posted(reqs);
+  Posted posted(reqs, Posted::sends);
   for (size_t k = 0; k < reqs.size(); ++k) {
     size_t first = k * h.seg, n = std::min<size_t>(h.seg, a.count - first);
     size_t off = segment_offset(wire, a.dtype, h.seg, k), seg_bytes = n * dts;
@@ -218,6 +219,7 @@ void recv(MPI_Comm comm, void* y, int source, int tag, const CollArgs& a) {
   const int room = int(sizeof(Header) + cfg.eager_bytes);
   char* m = message(cfg.eager_bytes);
   MPI_Request head = MPI_REQUEST_NULL;
+  Posted posted_head(&head, 1, Posted::receives);
   mpi_check(PMPI_Irecv(m, room, MPI_BYTE, source, tag, comm, &head), "MPI_Irecv");
   MPI_Status st;
   wait_one(&head, &st, "MPI_Wait");
@@ -256,7 +258,7 @@ void recv(MPI_Comm comm, void* y, int source, int tag, const CollArgs& a) {
   bool direct = wire.id == CodecId::none && !a.engine;
   uint8_t* buf = direct ? static_cast<uint8_t*>(y) : e.wire(0, part_bytes(wire, a.dtype, a.count, h.seg));
   std::vector<MPI_Request> reqs(nsegs(a.count, h.seg), MPI_REQUEST_NULL);
-  Posted posted(reqs);
+  Posted posted(reqs, Posted::receives);
   for (size_t k = 0; k < reqs.size(); ++k) {
     size_t first = k * h.seg, n = std::min<size_t>(h.seg, a.count - first);
     mpic::irecv_bytes(buf + segment_offset(wire, a.dtype, h.seg, k), encoded_bytes(wire, a.dtype, n), pair.peer,

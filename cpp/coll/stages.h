@@ -131,7 +131,7 @@ class ReduceScatterStage {
   uint8_t* rbuf_ = nullptr;
   size_t next_ = 0;  // receives are consumed in the order they were posted
   std::vector<MPI_Request> rreq_, sreq_;
-  Posted posted_r_{rreq_}, posted_s_{sreq_};
+  Posted posted_r_{rreq_, Posted::receives}, posted_s_{sreq_, Posted::sends};
 };
 
 // Every rank's `src` (its own part, dtype st) is encoded once and decoded by all ranks (the
@@ -167,7 +167,7 @@ class AllgatherStage {
   std::vector<int> idx_;
   size_t left_ = 0;
   std::vector<MPI_Request> rreq_, sreq_;
-  Posted posted_r_{rreq_}, posted_s_{sreq_};
+  Posted posted_r_{rreq_, Posted::receives}, posted_s_{sreq_, Posted::sends};
 };
 
 // What an allreduce's allgather stage sends of a part it reduced: acc holds the part's sums
