@@ -58,9 +58,13 @@ def gpu_encode(c, x, residual=None):
     return out
 
 
+# The lossy codecs compute in float32 and refuse float64 (the core's check_combination,
+# tested on the host): float64 goes through codec none only.
+PAIRS = [(name, dtype) for dtype in TORCH for name in CODECS if dtype != "float64" or name == "none"]
+
+
 @needs_gpu
-@pytest.mark.parametrize("name", CODECS)
-@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64"])
+@pytest.mark.parametrize("name,dtype", PAIRS)
 @pytest.mark.parametrize("n", [1, 31, 257, 4097, 1_000_003])
 def test_gpu_encodes_the_cpu_bytes_and_decodes_them_alike(name, dtype, n):
     c = mpicomp.codec(name)
