@@ -5,7 +5,8 @@ every other rank raises a typed error within the timeout and a few seconds, and 
 CommTimeoutError, or BackendError where MPI reports the lost rank first; through DDP, torch's
 RuntimeError naming that class; when interposed, MPI_ERR_OTHER through the communicator's
 error handler. Each job is started by this test (tests/faults/program.py is one rank), which
-ends it once the survivors have reported."""
+ends it once the survivors have reported. And a survivor that goes on to MPI_Finalize, which
+would wait for the stalled rank forever, ends instead, and the launcher the job."""
 import json
 import os
 import signal
@@ -72,7 +73,7 @@ def finished(request, tmp_path_factory):
     """{(case, n, kind): (reports, output)} of the jobs the selected tests ask for, run
     PARALLEL at a time."""
     wanted = [(i.callspec.params["case"], i.callspec.params["n"], i.callspec.params["kind"])
-              for i in request.session.items if i.module is request.module and hasattr(i, "callspec")]
+              for i in request.session.items if i.module is request.module and "finished" in i.fixturenames]
     dirs = {job: tmp_path_factory.mktemp("-".join(map(str, job))) for job in wanted}
     with ThreadPoolExecutor(PARALLEL) as pool:
         results = pool.map(lambda job: run_job(job[1], job[0], job[2], dirs[job]), wanted)
@@ -105,3 +106,59 @@ def test_the_survivors_of_a_lost_rank_raise(finished, case, n, kind):
         # A stalled rank is only ever noticed by the timeout; a lost one may be by MPI first
         # (Open MPI's ULFM: BackendError). MPICH never hears of it (tests/faults/inject.py).
         assert error in (["CommTimeoutError"] if kind == "stop" else ["CommTimeoutError", "BackendError"]), what
+
+
+# A rank stops after the barrier; the other's next call raises, then it calls MPI_Finalize, which
+# would wait for the stopped rank forever (at exit, mpi4py's, or here the script's).
+STALL_THEN_FINALIZE = r"""
+import os, signal, sys
+import numpy as np
+from mpi4py import MPI
+w = MPI.COMM_WORLD
+x, y = np.ones(1 << 16, np.float32), np.empty(1 << 16, np.float32)
+def call():
+    if sys.argv[1] == "interposed":
+        w.Set_errhandler(MPI.ERRORS_RETURN)
+        w.Allreduce(x, y)
+    else:
+        import mpicomp
+        mpicomp.allreduce(x, codec="int8")
+call()
+w.Barrier()
+if w.rank == 1:
+    os.kill(os.getpid(), signal.SIGSTOP)
+try:
+    call()
+except Exception as e:
+    print("RAISED", type(e).__name__, flush=True)
+MPI.Finalize()
+"""
+BOUNDED = "still in or after MPI_Finalize 31 s later, which waits for the rank that never came: ending it (exit status 1)"
+
+
+def test_after_a_timeout_finalize_does_not_wait_forever(tmp_path):
+    """MPI_Finalize would wait for the stopped rank forever: mpicomp ends the process with a
+    message, and the launcher the job. Python's layer and the interposer's, side by side."""
+    jobs = {}
+    for how in ("python", "interposed"):
+        env = {**os.environ, "MPICOMP_TIMEOUT": "1", "MPICOMP_CODEC": "int8"}
+        if how == "interposed":
+            env["LD_PRELOAD"] = PRELOAD
+        with open(tmp_path / how, "w") as f:
+            jobs[how] = subprocess.Popen([MPIEXEC, "-n", "2", sys.executable, "-c", STALL_THEN_FINALIZE, how],
+                                         env=env, start_new_session=True, stdout=f, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120  # start-up, the 1 s timeout, and the 31 s bound
+    try:
+        while any(j.poll() is None for j in jobs.values()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        for j in jobs.values():
+            try:
+                os.killpg(j.pid, signal.SIGKILL)
+            except ProcessLookupError:  # the job has ended
+                pass
+            j.wait()
+    for how, j in jobs.items():
+        text = (tmp_path / how).read_text()
+        assert "RAISED" in text, how + ":\n" + text[-3000:]
+        assert BOUNDED in text and j.returncode not in (0, -signal.SIGKILL), how + ":\n" + text[-3000:]

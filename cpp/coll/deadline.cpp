@@ -3,8 +3,10 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <thread>
 
@@ -32,6 +34,42 @@ struct Registered {
 };
 thread_local std::vector<Registered> t_posted;
 
+// The calls of this process that timed out, and the longest timeout among them.
+std::atomic<int> g_timeouts{0};
+std::atomic<double> g_longest{0};
+constexpr double kFinalizeGrace = 30;
+
+// After a call of this process timed out, MPI_Finalize may wait forever for the rank that
+// never came (MPICH's and Open MPI's do). From the start of MPI_Finalize, however it is called
+// (mpi4py's at exit, a script's, a C program's), a process still alive after the longest
+// timeout seen plus kFinalizeGrace says why and ends (exit status 1); the launcher then ends
+// the job, the stalled rank with it. MPI_Finalize starts by deleting MPI_COMM_SELF's
+// attributes (MPI-4.1 section 11.2.4): the hook. MPI_Finalized cannot tell a finalize that
+// returned from one that waits (Open MPI's says true once it began), so a process that works
+// on that long after MPI_Finalize returns is ended too: one whose calls timed out only.
+int bound_finalize(MPI_Comm, int, void*, void*) {
+  const int n = g_timeouts.load();
+  const double within = g_longest.load() + kFinalizeGrace;
+  std::thread([n, within] {
+    std::this_thread::sleep_for(std::chrono::duration<double>(within));
+    std::fprintf(stderr, "mpicomp: %d call%s of this process timed out (CommTimeoutError), and the process is "
+                 "still in or after MPI_Finalize %g s later, which waits for the rank that never came: ending it "
+                 "(exit status 1), so that the launcher ends the job\n", n, n == 1 ? "" : "s", within);
+    std::fflush(stderr);
+    std::_Exit(1);
+  }).detach();
+  return MPI_SUCCESS;
+}
+
+void note_timeout() {
+  if (g_timeouts.fetch_add(1) == 0) {
+    static Keyval key(bound_finalize);
+    PMPI_Comm_set_attr(MPI_COMM_SELF, key.get(), nullptr);
+  }
+  for (double was = g_longest.load(); t_seconds > was && !g_longest.compare_exchange_weak(was, t_seconds);) {
+  }
+}
+
 // Gives up on requests still active after a timeout. Receives are cancelled and completed,
 // so a late rank's message can never land in memory reused later. Sends cannot be taken back
 // reliably (MPI-4 deprecates cancelling them, and MPICH 5 over UCX can crash in
@@ -56,6 +94,7 @@ void abandon(int n, MPI_Request* r, Posted::Kind kind) {
     p.v ? abandon(int(p.v->size()), p.v->data(), p.kind) : abandon(p.n, p.r, p.kind);
   abandon_scratch();  // the abandoned requests may still use them
   t_expired = true;
+  note_timeout();
   char secs[32];
   std::snprintf(secs, sizeof secs, "%g", t_seconds);
   throw Error(ErrorKind::timeout,
