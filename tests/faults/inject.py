@@ -18,10 +18,11 @@ def sheltered(argv):
 
     MPICH's hydra, told to keep a job whose rank died (-disable-auto-cleanup), sends the
     process group of every rank it started SIGUSR1. A rank ends at it without a handler; with
-    MPICH's, MPICH looks for the lost peers, and may crash there: a segfault in UCX's libucp
-    (at 0x...fef4), in 9 of 16 runs of a 2-rank ZeRO1 job whose ranks hydra started itself;
-    when the signal still reached these children, a survivor vanished without a word about
-    once in 200 jobs. So the child runs in a
+    MPICH's, it goes on, and may then crash: a segfault in UCX's libucp (at 0x...fef4). The
+    survivor of a 2-rank ZeRO1 job whose ranks hydra started itself died so in 9 of 16 runs
+    while timeouts cancelled their sends (which crashed the same way: cpp/coll/deadline.cpp),
+    and still in 1 of 8 since; when the signal still reached these children, a survivor
+    vanished without a word about once in 200 jobs. So the child runs in a
     process group of its own, which hydra's signal does not reach, and this parent ignores the
     signal in its place: MPICH then never hears of the lost rank, which to the survivors is one
     that stopped answering, as a node lost on the network, and the timeout reports it. Both
