@@ -22,12 +22,12 @@ def sheltered(argv):
     survivor of a 2-rank ZeRO1 job whose ranks hydra started itself died so in 9 of 16 runs
     while timeouts cancelled their sends (which crashed the same way: cpp/coll/deadline.cpp),
     and still in 1 of 8 since; when the signal still reached these children, a survivor
-    vanished without a word about once in 200 jobs. So the child runs in a
-    process group of its own, which hydra's signal does not reach, and this parent ignores the
-    signal in its place: MPICH then never hears of the lost rank, which to the survivors is one
-    that stopped answering, as a node lost on the network, and the timeout reports it. Both
-    end when their parent does (PR_SET_PDEATHSIG), so that ending the launcher also ends a
-    stopped rank. The child inherits hydra's PMI connection (close_fds=False)."""
+    vanished without a word about once in 200 jobs. So the child runs in a process group of
+    its own, which hydra's signal does not reach, and this parent ignores the signal in its
+    place: MPICH then never hears of the lost rank, which to the survivors is one that stopped
+    answering, as a node lost on the network, and the timeout reports it. Both end when their
+    parent does (PR_SET_PDEATHSIG), so that ending the launcher also ends a stopped rank. The
+    child inherits hydra's PMI connection (close_fds=False)."""
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     _end_with_parent()
 
