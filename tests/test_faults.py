@@ -42,10 +42,23 @@ def run_job(n, case, kind, reports):
     return result
 
 
-def _run_job_once(n, case, kind, reports):
-    env = {**os.environ, "MPICOMP_TIMEOUT": str(TIMEOUT), "MPICOMP_CODEC": "int8"}
-    if case == "interposed":
+def _env(timeout, interposed):
+    env = {**os.environ, "MPICOMP_TIMEOUT": str(timeout), "MPICOMP_CODEC": "int8"}
+    if interposed:
         env["LD_PRELOAD"] = PRELOAD
+    return env
+
+
+def _end(job):
+    """Kills what is left of a job started in a session of its own (a stopped rank too)."""
+    try:
+        os.killpg(job.pid, signal.SIGKILL)
+    except ProcessLookupError:  # the job has ended
+        pass
+
+
+def _run_job_once(n, case, kind, reports):
+    env = _env(TIMEOUT, case == "interposed")
     job = subprocess.Popen([MPIEXEC, *keep_going_after_a_lost_rank(), "-n", str(n), sys.executable, str(PROGRAM),
                             case, kind, str(VICTIM), str(reports)], env=env, start_new_session=True,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -56,10 +69,7 @@ def _run_job_once(n, case, kind, reports):
             time.sleep(0.2)
         time.sleep(0.5)  # a report from the victim, which should never come, would be written by now
     finally:
-        try:
-            os.killpg(job.pid, signal.SIGKILL)  # the stopped victim, and whatever else is left
-        except ProcessLookupError:  # the job has ended
-            pass
+        _end(job)
         output = job.communicate()[0] + f"\n[job: exit status {job.returncode} after {time.monotonic() - start:.1f} s]"
     return [json.loads(p.read_text()) for p in sorted(reports.glob("rank*.json"))], output
 
@@ -133,7 +143,8 @@ except Exception as e:
     print("RAISED", type(e).__name__, flush=True)
 MPI.Finalize()
 """
-BOUNDED = "still in or after MPI_Finalize 31 s later, which waits for the rank that never came: ending it (exit status 1)"
+BOUNDED = ("still in or after MPI_Finalize 31 s later, which waits for the rank that never came: "
+           "ending it (exit status 1)")
 
 
 def test_after_a_timeout_finalize_does_not_wait_forever(tmp_path):
@@ -141,22 +152,17 @@ def test_after_a_timeout_finalize_does_not_wait_forever(tmp_path):
     message, and the launcher the job. Python's layer and the interposer's, side by side."""
     jobs = {}
     for how in ("python", "interposed"):
-        env = {**os.environ, "MPICOMP_TIMEOUT": "1", "MPICOMP_CODEC": "int8"}
-        if how == "interposed":
-            env["LD_PRELOAD"] = PRELOAD
         with open(tmp_path / how, "w") as f:
             jobs[how] = subprocess.Popen([MPIEXEC, "-n", "2", sys.executable, "-c", STALL_THEN_FINALIZE, how],
-                                         env=env, start_new_session=True, stdout=f, stderr=subprocess.STDOUT)
+                                         env=_env(1, how == "interposed"), start_new_session=True, stdout=f,
+                                         stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120  # start-up, the 1 s timeout, and the 31 s bound
     try:
         while any(j.poll() is None for j in jobs.values()) and time.monotonic() < deadline:
             time.sleep(0.2)
     finally:
         for j in jobs.values():
-            try:
-                os.killpg(j.pid, signal.SIGKILL)
-            except ProcessLookupError:  # the job has ended
-                pass
+            _end(j)
             j.wait()
     for how, j in jobs.items():
         text = (tmp_path / how).read_text()

@@ -1,8 +1,8 @@
 // The core's waits for MPI requests, under the optional timeout Config::timeout_s. Without
 // one they are MPI's own (MPI_Waitall, ...). With one they poll, and a call that is still
-// waiting when its time is up gives up what it has posted (Posted) and raises ErrorKind::timeout: a
-// rank that never reaches a collective makes the others fail instead of hanging forever.
-// The time is counted from the start of the top-level call (CallScope).
+// waiting when its time is up gives up what it has posted (Posted) and raises
+// ErrorKind::timeout: a rank that never reaches a collective makes the others fail instead of
+// hanging forever. The time is counted from the start of the top-level call (CallScope).
 #pragma once
 #include <mpi.h>
 
