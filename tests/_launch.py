@@ -13,6 +13,10 @@ MPIEXEC = str(Path(sys.executable).parent / "mpiexec")
 LAUNCH_FAILURES = ("The PMIx server's listener thread failed to start",)
 LAUNCH_TRIES = 3
 
+# The folder where a multi-rank test session's ranks write the reports of their failures
+# (tests/_ranks.py), named by the test that launched them.
+FAILURES = "TESTS_RANK_FAILURES"  # not MPICOMP_*: mpicomp warns of names it does not know
+
 # Each launcher tells its ranks who they are in its own variables.
 RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK")
 

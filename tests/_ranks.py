@@ -4,7 +4,7 @@ import os
 import sys
 
 import pytest
-from _launch import under_mpiexec
+from _launch import FAILURES, under_mpiexec
 from mpi4py import MPI
 
 
@@ -19,10 +19,16 @@ def pytest_runtest_setup(item):
 
 def pytest_runtest_logreport(report):
     """A rank whose test fails aborts the whole job: otherwise the other ranks would wait in
-    the next collective until the outer timeout."""
+    the next collective until the outer timeout. Its report goes to stderr and, where the
+    launching test names one (tests/test_mpi_launch.py), to a file of its own: the launcher
+    may end the job before it has passed on what the rank wrote (seen once: an empty stderr)."""
     if report.failed and MPI.COMM_WORLD.Get_size() > 1:
         rank = MPI.COMM_WORLD.Get_rank()
-        sys.stderr.write(f"\n[rank {rank}] FAILED {report.nodeid} ({report.when})\n{report.longreprtext}\n")
+        text = f"\n[rank {rank}] FAILED {report.nodeid} ({report.when})\n{report.longreprtext}\n"
+        if FAILURES in os.environ:
+            with open(os.path.join(os.environ[FAILURES], f"rank{rank}.txt"), "a") as f:
+                f.write(text)
+        sys.stderr.write(text)
         sys.stderr.flush()
         MPI.COMM_WORLD.Abort(1)
 

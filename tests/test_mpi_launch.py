@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from _launch import mpiexec
+from _launch import FAILURES, mpiexec
 
 HERE = Path(__file__).parent
 
@@ -17,10 +17,11 @@ HERE = Path(__file__).parent
                                      (2, "torch/mpi"), (3, "torch/mpi"), (4, "torch/mpi"),
                                      (2, "optim/mpi"), (3, "optim/mpi"), (4, "optim/mpi"),
                                      (6, "mpi/test_nodes.py")])
-def test_under_mpiexec(n, suite):
+def test_under_mpiexec(n, suite, tmp_path):
     r = mpiexec(n, sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--timeout=240",
-                "--timeout-method=thread", HERE / suite, timeout=900)
-    assert r.returncode == 0, f"mpiexec -n {n} {suite} failed:\n{r.stdout[-6000:]}\n{r.stderr[-6000:]}"
+                "--timeout-method=thread", HERE / suite, timeout=900, env={**os.environ, FAILURES: str(tmp_path)})
+    failures = "".join(p.read_text() for p in sorted(tmp_path.glob("rank*.txt")))
+    assert r.returncode == 0, f"mpiexec -n {n} {suite} failed:\n{r.stdout[-6000:]}\n{r.stderr[-6000:]}\n{failures}"
 
 
 def test_cluster_recipe_shows_the_layout():
