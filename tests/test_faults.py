@@ -78,12 +78,18 @@ def _survivors(reports):
     return [p for p in reports.glob("rank*.json") if p.name != f"rank{VICTIM}.json"]
 
 
+def _selected(request, fixture):
+    return [i for i in request.session.items if i.module is request.module and fixture in i.fixturenames]
+
+
 @pytest.fixture(scope="module")
 def finished(request, tmp_path_factory):
     """{(case, n, kind): (reports, output)} of the jobs the selected tests ask for, run
-    PARALLEL at a time."""
+    PARALLEL at a time, after the Finalize test's jobs have started (they sleep while these run)."""
+    if _selected(request, "finalizing"):
+        request.getfixturevalue("finalizing")
     wanted = [(i.callspec.params["case"], i.callspec.params["n"], i.callspec.params["kind"])
-              for i in request.session.items if i.module is request.module and "finished" in i.fixturenames]
+              for i in _selected(request, "finished")]
     dirs = {job: tmp_path_factory.mktemp("-".join(map(str, job))) for job in wanted}
     with ThreadPoolExecutor(PARALLEL) as pool:
         results = pool.map(lambda job: run_job(job[1], job[0], job[2], dirs[job]), wanted)
@@ -143,12 +149,13 @@ except Exception as e:
     print("RAISED", type(e).__name__, flush=True)
 MPI.Finalize()
 """
+HOWS = ("python", "interposed")
 BOUNDED = ("still in or after MPI_Finalize 31 s later, which waits for the rank that never came: "
            "ending it (exit status 1)")
 
 
 def _stall_then_finalize(how, log):
-    """One job of STALL_THEN_FINALIZE (`how`: python or interposed), its output in `log`,
+    """One job of STALL_THEN_FINALIZE (`how`: one of HOWS), its output in `log`,
     started again when the launcher itself failed to start (tests/_launch.py)."""
     for _ in range(LAUNCH_TRIES):
         with open(log, "w") as f:
@@ -167,12 +174,19 @@ def _stall_then_finalize(how, log):
     return job.returncode, log.read_text()
 
 
-def test_after_a_timeout_finalize_does_not_wait_forever(tmp_path):
+@pytest.fixture(scope="module")
+def finalizing(tmp_path_factory):
+    """{how: future (exit status, output)} of the Finalize test's jobs, started in the
+    background: they spend their half minute asleep, so they run beside the fault jobs."""
+    out = tmp_path_factory.mktemp("finalize")
+    with ThreadPoolExecutor(len(HOWS)) as pool:
+        yield {how: pool.submit(_stall_then_finalize, how, out / how) for how in HOWS}
+
+
+def test_after_a_timeout_finalize_does_not_wait_forever(finalizing):
     """MPI_Finalize would wait for the stalled rank forever: mpicomp ends the process with a
     message, and the launcher the job. Python's layer and the interposer's, side by side."""
-    hows = ("python", "interposed")
-    with ThreadPoolExecutor(len(hows)) as pool:
-        ended = pool.map(lambda how: _stall_then_finalize(how, tmp_path / how), hows)
-        for how, (status, text) in zip(hows, ended):
-            assert "RAISED" in text, how + ":\n" + text[-3000:]
-            assert BOUNDED in text and status not in (0, -signal.SIGKILL), how + ":\n" + text[-3000:]
+    for how, job in finalizing.items():
+        status, text = job.result()
+        assert "RAISED" in text, how + ":\n" + text[-3000:]
+        assert BOUNDED in text and status not in (0, -signal.SIGKILL), how + ":\n" + text[-3000:]
