@@ -29,14 +29,22 @@ def launch_failed(output):
     return any(m in output for m in LAUNCH_FAILURES)
 
 
+def launched(attempt, output):
+    """attempt()'s result, attempt() made again (LAUNCH_TRIES in all) while the output(result)
+    of a job that started ranks says the launcher itself failed to start."""
+    for _ in range(LAUNCH_TRIES):
+        result = attempt()
+        if not launch_failed(output(result)):
+            break
+    return result
+
+
 def run(cmd, *, timeout, **kwargs):
     """subprocess.run of a command that starts ranks (mpiexec, or bench/netem around it), its
     output captured as text, started again when the launcher itself failed to start."""
-    for _ in range(LAUNCH_TRIES):
-        r = subprocess.run(list(map(str, cmd)), capture_output=True, text=True, timeout=timeout, **kwargs)
-        if r.returncode == 0 or not launch_failed(r.stdout + r.stderr):
-            return r
-    return r
+    return launched(lambda: subprocess.run(list(map(str, cmd)), capture_output=True, text=True, timeout=timeout,
+                                           **kwargs),
+                    lambda r: "" if r.returncode == 0 else r.stdout + r.stderr)
 
 
 def mpiexec(n, *args, timeout, options=(), **kwargs):

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from _launch import LAUNCH_TRIES, MPIEXEC, keep_going_after_a_lost_rank, launch_failed
+from _launch import MPIEXEC, keep_going_after_a_lost_rank, launched
 from test_pmpi import PRELOAD
 
 PROGRAM = Path(__file__).parent / "faults" / "program.py"
@@ -33,13 +33,7 @@ PARALLEL = 2
 
 def run_job(n, case, kind, reports):
     """One job, started again when the launcher itself failed to start (tests/_launch.py)."""
-    for _ in range(LAUNCH_TRIES):
-        for p in reports.glob("rank*.json"):
-            p.unlink()
-        result = _run_job_once(n, case, kind, reports)
-        if not launch_failed(result[1]):
-            break
-    return result
+    return launched(lambda: _run_job_once(n, case, kind, reports), lambda result: result[1])
 
 
 def _env(timeout, interposed):
@@ -58,6 +52,8 @@ def _end(job):
 
 
 def _run_job_once(n, case, kind, reports):
+    for p in reports.glob("rank*.json"):  # an earlier try's
+        p.unlink()
     env = _env(TIMEOUT, case == "interposed")
     job = subprocess.Popen([MPIEXEC, *keep_going_after_a_lost_rank(), "-n", str(n), sys.executable, str(PROGRAM),
                             case, kind, str(VICTIM), str(reports)], env=env, start_new_session=True,
@@ -156,21 +152,23 @@ BOUNDED = ("still in or after MPI_Finalize 31 s later, which waits for the rank 
 
 def _stall_then_finalize(how, log):
     """One job of STALL_THEN_FINALIZE (`how`: one of HOWS), its output in `log`,
-    started again when the launcher itself failed to start (tests/_launch.py)."""
-    for _ in range(LAUNCH_TRIES):
-        with open(log, "w") as f:
-            job = subprocess.Popen([MPIEXEC, "-n", "2", sys.executable, "-c", STALL_THEN_FINALIZE, how],
-                                   env=_env(1, how == "interposed"), start_new_session=True, stdout=f,
-                                   stderr=subprocess.STDOUT)
-        try:
-            job.wait(timeout=120)  # start-up, the 1 s timeout, and the 31 s bound
-        except subprocess.TimeoutExpired:
-            pass
-        finally:
-            _end(job)
-            job.wait()
-        if not launch_failed(log.read_text()):
-            break
+    started again when the launcher itself failed to start (tests/_launch.py):
+    (exit status, output)."""
+    return launched(lambda: _stall_then_finalize_once(how, log), lambda result: result[1])
+
+
+def _stall_then_finalize_once(how, log):
+    with open(log, "w") as f:
+        job = subprocess.Popen([MPIEXEC, "-n", "2", sys.executable, "-c", STALL_THEN_FINALIZE, how],
+                               env=_env(1, how == "interposed"), start_new_session=True, stdout=f,
+                               stderr=subprocess.STDOUT)
+    try:
+        job.wait(timeout=120)  # start-up, the 1 s timeout, and the 31 s bound
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        _end(job)
+        job.wait()
     return job.returncode, log.read_text()
 
 
