@@ -33,19 +33,34 @@ Spec bound_stage(Spec user, DType t, double bound, double magnitude, double scal
   return Spec{CodecId::bound, bound_options(std::min(each, kBoundMax), false, user.block & kBoundLz4, true)};
 }
 
-void run_bounded(MPI_Comm comm, const CommInfo& ci, Spec user, DType t, const void* x, size_t nx, const void* y,
-                 size_t ny, double scale, int encodings, bool reduction,
+void run_bounded(MPI_Comm comm, const CommInfo& ci, Spec user, DType t, double top, const void* x, size_t nx,
+                 const void* y, size_t ny, double scale, int encodings, bool reduction, bool uncompressed, bool done,
                  const std::function<void(Spec stage, const void* x)>& once) {
   const bool rel = bound_relative(user.block);
   const double asked = bound_value(user.block);
-  // The largest input of any rank: partial sums stay within size times it, and a relative
-  // bound takes it as the estimate of the result's largest magnitude (a sum of size
-  // gradients that agree is larger, one whose terms cancel smaller: checked below).
-  const double top = allreduce_one(comm, finite_absmax(t, x, nx), MPI_DOUBLE, MPI_MAX);
+  // Partial sums stay within size times the largest input, and a relative bound takes that
+  // input as the estimate of the result's largest magnitude (a sum of size gradients that
+  // agree is larger, one whose terms cancel smaller: checked below).
   const double magnitude = reduction ? top * ci.size : top;
   const double bound = rel ? asked * top : asked / scale;  // in the sums' units
-  const Spec stage = bound_stage(user, t, bound, magnitude, scale, encodings);
-  if (!rel || !reduction) return once(stage, x);
+  // MPI's sums round each of the size - 1 additions a value goes through, a partial sum of at
+  // most `magnitude` (16-bit floats: in float32, then once to the dtype, within the dtype's
+  // bound_rounding, which includes float32's); a mean by a size not a power of two rounds
+  // twice more (1 / size, the product).
+  const bool pow2 = (ci.size & (ci.size - 1)) == 0;
+  const int roundings = ci.size - 1 + (scale != 1.0 && !pow2 ? 2 : 0);
+  const double by_mpi = roundings * bound_rounding(t) * magnitude + (roundings + 1) * bound_underflow(t) / scale;
+  double bound_now = bound;
+  Spec now = bound_stage(user, t, bound, magnitude, scale, encodings);
+  if (uncompressed && by_mpi <= bound) {
+    bound_now = by_mpi;
+    now = Spec{};
+  }
+  const bool ran = done && now.id == CodecId::none;
+  if (!rel || !reduction) {
+    if (!ran) once(now, x);
+    return;
+  }
   // x is read again if the check fails: kept where the result overwrites it.
   thread_local Scratch saved;
   const void* input = x;
@@ -54,10 +69,8 @@ void run_bounded(MPI_Comm comm, const CommInfo& ci, Spec user, DType t, const vo
   // result's largest magnitude is at least `low`. Where the estimate was too large (terms
   // that cancel), the bound the result shows is used; a result the bound swamped shows
   // none, and the next run takes at most rel / 2 of the bound before, a few times at most.
-  double bound_now = bound;
-  Spec now = stage;
   for (int run = 0;; ++run) {
-    once(now, input);
+    if (run || !ran) once(now, input);
     const double largest = allreduce_one(comm, finite_absmax(t, y, ny), MPI_DOUBLE, MPI_MAX) / scale;
     const double low = largest * (1 - 2 * bound_rounding(t)) - bound_now;
     if (asked * low >= bound_now) return;

@@ -30,10 +30,15 @@ Spec bound_stage(Spec user, DType t, double bound, double magnitude, double scal
 
 // Runs once(stage, x) so that every element of y (ny elements of dtype t: the result, times
 // scale) is within the bound of `user` of the exact result of x (nx elements of dtype t on
-// every rank). reduction: the result is the sum over ranks (allreduce, reduce_scatter), else
-// a copy of each rank's x (allgather). Collective on comm; host memory.
-void run_bounded(MPI_Comm comm, const CommInfo& ci, Spec user, DType t, const void* x, size_t nx, const void* y,
-                 size_t ny, double scale, int encodings, bool reduction,
+// every rank); top: the largest finite |x| over all ranks. reduction: the result is the sum
+// over ranks (allreduce, reduce_scatter), else a copy of each rank's x (allgather).
+// uncompressed: the call may keep MPI's own sums (stage codec none) where their rounding
+// keeps the bound (a reduction the size threshold or codec auto sends uncompressed); done:
+// it has run so already, its result in y and x intact (a copy, where y overwrote it). A
+// bound no stage keeps is refused whether or not the call could keep MPI's sums, so that
+// its size never decides whether it fails. Collective on comm; host memory.
+void run_bounded(MPI_Comm comm, const CommInfo& ci, Spec user, DType t, double top, const void* x, size_t nx,
+                 const void* y, size_t ny, double scale, int encodings, bool reduction, bool uncompressed, bool done,
                  const std::function<void(Spec stage, const void* x)>& once);
 
 }  // namespace mpicomp

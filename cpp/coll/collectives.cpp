@@ -15,6 +15,7 @@
 #include "stages.h"
 #include "adaptive.h"
 #include "algorithms.h"
+#include "../codecs/bound.h"
 #include "budget.h"
 #include "stats.h"
 
@@ -71,7 +72,9 @@ Signature signature(Coll coll, const CollArgs& a, const CommInfo& ci, const Conf
   // Every setting that shapes the wire is agreed: the thresholds and skip_local through
   // `wire` and `eager`, the segment size here (ranks whose environments differ would post
   // messages of different sizes: truncation on one rank, a hang on another).
-  s.segment = s.wire == CodecId::none ? 0 : cfg.segment_bytes;
+  // (A reduction codec bound skips may run compressed still, where MPI's sums would miss its
+  // bound: budget.h.)
+  s.segment = s.wire == CodecId::none && s.codec != CodecId::bound ? 0 : cfg.segment_bytes;
   s.flat = cfg.hierarchy == Hierarchy::flat;
   return s;
 }
@@ -80,7 +83,7 @@ Signature signature(Coll coll, const CollArgs& a, const CommInfo& ci, const Conf
 // the call set.
 class Recorder {
  public:
-  Recorder(Coll coll, const CommInfo& ci, size_t bytes_in, std::optional<Skip> skip)
+  Recorder(Coll coll, const CommInfo& ci, size_t bytes_in, const std::optional<Skip>& skip)
       : coll_(coll), size_(ci.size), bytes_in_(bytes_in), skip_(skip), t0_(std::chrono::steady_clock::now()) {
     take_sent_bytes();
   }
@@ -96,7 +99,7 @@ class Recorder {
   Coll coll_;
   int size_;
   size_t bytes_in_;
-  std::optional<Skip> skip_;
+  const std::optional<Skip>& skip_;  // the call's, which may still change its mind (bounded)
   std::chrono::steady_clock::time_point t0_;
 };
 
@@ -115,6 +118,23 @@ void divide(void* y, DType t, size_t n, int size) {
 // 0 turns it off.
 bool rides_agreement(const Signature& sig, const Config& cfg, bool small, bool pair) {
   return sig.wire == CodecId::none && cfg.eager_bytes && (small || pair);
+}
+
+// Codec bound needs the largest finite input over the ranks (budget.h), which rides the
+// agreement: this rank's, in top, and where to agree it; null where it is not needed.
+double* largest_input(const CollArgs& a, const Signature& sig, const void* x, size_t n, double& top) {
+  if (a.spec.id != CodecId::bound || a.engine || (sig.coll == Coll::allgather && sig.wire == CodecId::none))
+    return nullptr;
+  top = finite_absmax(a.dtype, x, n);
+  return &top;
+}
+
+// x, or a copy of it where an uncompressed reduction that rides the agreement writes its
+// result over it: codec bound may have to run the call again, compressed (budget.h).
+const void* kept(const CollArgs& a, int size, const void* x, const void* y, size_t bytes) {
+  if (x != y || !(bound_relative(a.spec.block) || size > 2)) return x;  // on 2 ranks an absolute bound never does
+  thread_local Scratch copy;
+  return std::memcpy(copy.get(bytes), x, bytes);
 }
 
 // Uncompressed data that MPI moves itself (as the agreement's payload, or in MPI's own
@@ -137,22 +157,22 @@ void via_host(Coll coll, MPI_Comm comm, const void* x, size_t x_bytes, void* y, 
 
 // Sums n elements of x (dtype t) over all ranks inside the agreement (sig.eager), and stores
 // elements [first, first + len) of the sum (the mean with avg) into y as t; kind is sum or
-// halve (handshake.h: eager_collective). The sum goes straight into y when y takes all of it and t is summed
-// as itself (no 16-bit widening).
+// halve (handshake.h: eager_collective; most: agreed with it). The sum goes straight into y
+// when y takes all of it and t is summed as itself (no 16-bit widening).
 void eager_sum(MPI_Comm comm, const Signature& sig, Engine& e, Payload::Kind kind, DType t, const void* x, size_t n,
-               size_t first, size_t len, bool avg, int size, void* y) {
+               size_t first, size_t len, bool avg, int size, void* y, double* most) {
   thread_local Scratch whole;
   const size_t a = accum_size(t);
   if (a != dtype_size(t)) {  // 16-bit floats: summed as float32
     float* wide = whole.get<float>(n);
     e.load(t, x, n, nullptr, DType::f32, wide);
-    eager_collective(comm, sig, Payload{kind, wide, wide, n});
+    eager_collective(comm, sig, Payload{kind, wide, wide, n}, most);
     e.store(DType::f32, wide + first, len, avg ? 1.0 / size : 1.0, t, y);
     return;
   }
   void* sum = y;
   if (len != n) sum = whole.get(n * a);
-  eager_collective(comm, sig, Payload{kind, x, sum, n});
+  eager_collective(comm, sig, Payload{kind, x, sum, n}, most);
   if (sum != y && len) std::memcpy(y, static_cast<char*>(sum) + first * a, len * a);
   if (avg) divide(y, t, len, size);
 }
@@ -175,18 +195,36 @@ float* residual_of(const Tiling& T, const CollArgs& a) {
   return T.wire.id == CodecId::none || T.wire.id == CodecId::bound ? nullptr : a.residual;
 }
 
-// Runs once(T, x): as it is, or for codec bound with the share of the bound each of the
-// `encodings` a value goes through may take (budget.h); x has nx elements, y ny.
-void bounded(MPI_Comm comm, const CommInfo& ci, const Tiling& T, const CollArgs& a, const void* x, size_t nx, void* y,
-             size_t ny, double scale, int encodings, bool reduction,
-             const std::function<void(const Tiling&, const void*)>& once) {
-  if (T.wire.id != CodecId::bound) return once(T, x);
+// Runs once(T, x), T the call's tiling: as it is, or for codec bound with the share of the
+// bound each of the `encodings` a value goes through may take (budget.h; top: the largest
+// input over ranks); x has nx elements, y ny. A reduction codec bound sends uncompressed
+// (below min_bytes, codec auto's choice) keeps MPI's sums only where they keep the bound,
+// and else runs as codec bound (`skip` then cleared: counted as compressed); done: its sums
+// rode the agreement, y holds them and x is intact. Returns the codec that ran last.
+CodecId bounded(MPI_Comm comm, const CommInfo& ci, const Signature& sig, const Config& cfg, const CollArgs& a,
+                double top, const void* x, size_t nx, void* y, size_t ny, double scale, int encodings, bool reduction,
+                bool done, std::optional<Skip>& skip, const std::function<void(const Tiling&, const void*)>& once) {
+  const Tiling T = tiling(sig, a, cfg, reduction ? 1 : ci.size);
+  const bool uncompressed = T.wire.id == CodecId::none;
+  if (a.spec.id != CodecId::bound || (uncompressed && (!reduction || ci.size == 1))) {
+    if (!done) once(T, x);
+    return T.wire.id;
+  }
   if (a.engine) throw Error(ErrorKind::backend, "codec bound runs on host buffers only");
-  run_bounded(comm, ci, T.wire, a.dtype, x, nx, y, ny, scale, encodings, reduction, [&](Spec stage, const void* in) {
-    Tiling U = T;
-    U.wire = stage;
-    once(U, in);
-  });
+  Signature compressed = sig;
+  compressed.wire = CodecId::bound;
+  const Tiling B = tiling(compressed, a, cfg, reduction ? 1 : ci.size);
+  CodecId ran = CodecId::none;
+  run_bounded(comm, ci, B.wire, a.dtype, top, x, nx, y, ny, scale, encodings, reduction, uncompressed, done,
+              [&](Spec stage, const void* in) {
+                ran = stage.id;
+                if (stage.id == CodecId::none) return once(T, in);
+                skip.reset();
+                Tiling U = B;
+                U.wire = stage;
+                once(U, in);
+              });
+  return ran;
 }
 
 }  // namespace
@@ -263,34 +301,42 @@ void allreduce_call(MPI_Comm comm, const void* x, void* y, const CollArgs& a, st
   if (a.engine && sig.wire == CodecId::none && (sig.eager || mt != MPI_DATATYPE_NULL))
     return via_host(Coll::allreduce, comm, x, bytes, y, bytes, a);
   rec.algo = sig.eager ? Algo::eager : Algo::mpi;
-  if (sig.eager) return eager_sum(comm, sig, e, Payload::sum, a.dtype, x, a.count, 0, a.count, a.avg, ci.size, y);
-
-  agree(comm, sig);
+  double top = 0;
+  double* most = largest_input(a, sig, x, a.count, top);
+  const void* in = x;
+  if (sig.eager) {
+    if (most) in = kept(a, ci.size, x, y, bytes);
+    eager_sum(comm, sig, e, Payload::sum, a.dtype, x, a.count, 0, a.count, a.avg, ci.size, y, most);
+    if (!most) return;
+  } else {
+    agree(comm, sig, most);
+  }
   if (a.count == 0) return;
   const NodeLayout& nodes = node_layout(comm);
   const bool two_level = !sig.flat && nodes.hierarchical();
   // Uncompressed sums are the MPI library's, whose own allreduce is node-aware, except for
   // float32 on nodes that only config.ranks_per_node knows of (MPI does not): there the
   // two-level path sends what a node-aware MPI would.
-  if (sig.wire == CodecId::none && mt != MPI_DATATYPE_NULL &&
-      !(two_level && nodes.ranks_per_node && a.dtype == DType::f32)) {
-    mpi_collective("MPI_Allreduce", [&](mpic::Requests* rs) {
-      mpic::allreduce(x == y ? MPI_IN_PLACE : x, y, a.count, mt, MPI_SUM, comm, rs);
-    });
-    if (a.avg) divide(y, a.dtype, a.count, ci.size);
-    return;
-  }
-  const Tiling T = tiling(sig, a, cfg);
-  float* res = residual_of(T, a);
+  const bool by_mpi = mt != MPI_DATATYPE_NULL && !(two_level && nodes.ranks_per_node && a.dtype == DType::f32);
   FrameDamage damage;
-  rec.algo = two_level ? Algo::two_level : Algo::flat;
-  bounded(comm, ci, T, a, x, a.count, y, a.count, scale, two_level ? nodes.nodes : ci.size, true,
-          [&](const Tiling& U, const void* in) {
-            if (two_level) return two_level_allreduce(nodes, e, U, in, y, a.count, res, scale, damage);
-            Links links(nodes);
-            flat_allreduce(comm, ci, e, U, in, y, a.count, res, scale, damage);
+  const CodecId ran = bounded(
+      comm, ci, sig, cfg, a, top, in, a.count, y, a.count, scale, two_level ? nodes.nodes : ci.size, true, sig.eager,
+      skip, [&](const Tiling& U, const void* from) {
+        if (U.wire.id == CodecId::none && by_mpi) {
+          rec.algo = Algo::mpi;
+          mpi_collective("MPI_Allreduce", [&](mpic::Requests* rs) {
+            mpic::allreduce(from == y ? MPI_IN_PLACE : from, y, a.count, mt, MPI_SUM, comm, rs);
           });
-  if (is_framed(T.wire.id)) check_frames(comm, ci, damage);
+          if (a.avg) divide(y, a.dtype, a.count, ci.size);
+          return;
+        }
+        float* res = residual_of(U, a);
+        rec.algo = two_level ? Algo::two_level : Algo::flat;
+        if (two_level) return two_level_allreduce(nodes, e, U, from, y, a.count, res, scale, damage);
+        Links links(nodes);
+        flat_allreduce(comm, ci, e, U, from, y, a.count, res, scale, damage);
+      });
+  if (is_framed(ran)) check_frames(comm, ci, damage);
 }
 
 void reduce_scatter_call(MPI_Comm comm, const void* x, void* y, const CollArgs& a, std::optional<Skip>& skip) {
@@ -311,38 +357,44 @@ void reduce_scatter_call(MPI_Comm comm, const void* x, void* y, const CollArgs& 
   if (a.engine && sig.wire == CodecId::none && (sig.eager || mt != MPI_DATATYPE_NULL))
     return via_host(Coll::reduce_scatter, comm, x, total * dtype_size(a.dtype), y, a.count * dtype_size(a.dtype), a);
   rec.algo = sig.eager ? Algo::eager : Algo::mpi;
-  if (sig.eager)
-    return eager_sum(comm, sig, e, Payload::halve, a.dtype, x, total, a.count * ci.rank, a.count, a.avg, ci.size, y);
-  agree(comm, sig);
-  if (a.count == 0) return;
-  if (sig.wire == CodecId::none && mt != MPI_DATATYPE_NULL) {
-    mpi_collective("MPI_Reduce_scatter_block",
-                   [&](mpic::Requests* rs) { mpic::reduce_scatter_block(x, y, a.count, mt, MPI_SUM, comm, rs); });
-    if (a.avg) divide(y, a.dtype, a.count, ci.size);
-    return;
+  double top = 0;
+  double* most = largest_input(a, sig, x, total, top);
+  if (sig.eager) {  // x is left as it is
+    eager_sum(comm, sig, e, Payload::halve, a.dtype, x, total, a.count * ci.rank, a.count, a.avg, ci.size, y, most);
+    if (!most) return;
+  } else {
+    agree(comm, sig, most);
   }
-  const Tiling T = tiling(sig, a, cfg);
-  float* res = residual_of(T, a);
+  if (a.count == 0) return;
   FrameDamage damage;
   const NodeLayout& nodes = node_layout(comm);
   const bool two_level = !sig.flat && two_level_blocks(nodes);
-  rec.algo = two_level ? Algo::two_level : Algo::flat;
-  bounded(comm, ci, T, a, x, a.count * ci.size, y, a.count, scale, (two_level ? nodes.nodes : ci.size) - 1, true,
-          [&](const Tiling& U, const void* in) {
-            if (two_level) return two_level_reduce_scatter(nodes, e, U, in, y, a.count, res, scale, damage);
-            // Output of the sums' own dtype (float32, float64) is their accumulator: the sums
-            // are written once, where a scratch accumulator took them through memory twice
-            // more, out and back for the store (10 Gbit/s, 2 ranks, 64 MiB int4:
-            // docs/measurements.md).
-            const bool into_y = U.sum_t == a.dtype;
-            void* acc = into_y ? y : e.scratch(0, a.count * dtype_size(U.sum_t));
-            Links links(nodes);
-            ReduceScatterStage(comm, ci, e, U.wire, a.dtype, equal_layout(ci.size, a.count, U.seg), in, res, U.sum_t,
-                               acc, damage)
-                .finish();
-            if (!into_y || scale != 1.0) e.store(U.sum_t, acc, a.count, scale, a.dtype, y);
-          });
-  if (is_framed(T.wire.id)) check_frames(comm, ci, damage);
+  const CodecId ran = bounded(
+      comm, ci, sig, cfg, a, top, x, total, y, a.count, scale, (two_level ? nodes.nodes : ci.size) - 1, true, sig.eager,
+      skip, [&](const Tiling& U, const void* in) {
+        if (U.wire.id == CodecId::none && mt != MPI_DATATYPE_NULL) {
+          rec.algo = Algo::mpi;
+          mpi_collective("MPI_Reduce_scatter_block",
+                         [&](mpic::Requests* rs) { mpic::reduce_scatter_block(in, y, a.count, mt, MPI_SUM, comm, rs); });
+          if (a.avg) divide(y, a.dtype, a.count, ci.size);
+          return;
+        }
+        float* res = residual_of(U, a);
+        rec.algo = two_level ? Algo::two_level : Algo::flat;
+        if (two_level) return two_level_reduce_scatter(nodes, e, U, in, y, a.count, res, scale, damage);
+        // Output of the sums' own dtype (float32, float64) is their accumulator: the sums
+        // are written once, where a scratch accumulator took them through memory twice
+        // more, out and back for the store (10 Gbit/s, 2 ranks, 64 MiB int4:
+        // docs/measurements.md).
+        const bool into_y = U.sum_t == a.dtype;
+        void* acc = into_y ? y : e.scratch(0, a.count * dtype_size(U.sum_t));
+        Links links(nodes);
+        ReduceScatterStage(comm, ci, e, U.wire, a.dtype, equal_layout(ci.size, a.count, U.seg), in, res, U.sum_t, acc,
+                           damage)
+            .finish();
+        if (!into_y || scale != 1.0) e.store(U.sum_t, acc, a.count, scale, a.dtype, y);
+      });
+  if (is_framed(ran)) check_frames(comm, ci, damage);
 }
 
 void allgather_call(MPI_Comm comm, const void* x, void* y, const CollArgs& a, std::optional<Skip>& skip) {
@@ -358,7 +410,8 @@ void allgather_call(MPI_Comm comm, const void* x, void* y, const CollArgs& a, st
   if (a.engine && sig.wire == CodecId::none) return via_host(Coll::allgather, comm, x, block, y, block * ci.size, a);
   rec.algo = sig.eager ? Algo::eager : Algo::mpi;
   if (sig.eager) return eager_collective(comm, sig, Payload{Payload::gather, x, y, block});
-  agree(comm, sig);
+  double top = 0;
+  agree(comm, sig, largest_input(a, sig, x, a.count, top));
   if (a.count == 0) return;
   MPI_Datatype mt = mpi_type(a.dtype);
   if (sig.wire == CodecId::none) {
@@ -368,20 +421,20 @@ void allgather_call(MPI_Comm comm, const void* x, void* y, const CollArgs& a, st
     return;
   }
   Engine& e = engine_of(a);
-  const Tiling T = tiling(sig, a, cfg, ci.size);
-  float* res = residual_of(T, a);
   FrameDamage damage;
   const NodeLayout& nodes = node_layout(comm);
   const bool two_level = !sig.flat && two_level_blocks(nodes);
   rec.algo = two_level ? Algo::two_level : Algo::flat;
-  bounded(comm, ci, T, a, x, a.count, y, a.count * ci.size, 1.0, 1, false, [&](const Tiling& U, const void*) {
-    if (two_level) return two_level_allgather(nodes, e, U, x, y, a.count, res, damage);
-    Links links(nodes);
-    AllgatherStage(comm, ci, e, U.wire, a.dtype, equal_layout(ci.size, a.count, U.seg), x, res, a.dtype, y, 1.f,
-                   U.stream, damage)
-        .finish();
-  });
-  if (is_framed(T.wire.id)) check_frames(comm, ci, damage);
+  const CodecId ran = bounded(comm, ci, sig, cfg, a, top, x, a.count, y, a.count * ci.size, 1.0, 1, false, false, skip,
+                              [&](const Tiling& U, const void*) {
+                                float* res = residual_of(U, a);
+                                if (two_level) return two_level_allgather(nodes, e, U, x, y, a.count, res, damage);
+                                Links links(nodes);
+                                AllgatherStage(comm, ci, e, U.wire, a.dtype, equal_layout(ci.size, a.count, U.seg), x,
+                                               res, a.dtype, y, 1.f, U.stream, damage)
+                                    .finish();
+                              });
+  if (is_framed(ran)) check_frames(comm, ci, damage);
 }
 
 using Call = void (*)(MPI_Comm, const void*, void*, const CollArgs&, std::optional<Skip>&);

@@ -1,5 +1,6 @@
 #include "handshake.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -24,6 +25,7 @@ struct Header {
   int32_t witness_rank[2];
   uint64_t payload_bytes;  // the eager data message that follows (0: none)
   uint64_t expect_bytes;   // what this rank expects in return from the same peer
+  double most;             // the largest of the ranks' values seen so far (agree's `most`)
   Signature sig;
   Signature witness[2];  // two ranks that disagree, for the message
 };
@@ -87,6 +89,7 @@ struct Exchange {
   // Folds a peer's header into this rank's view of the agreement.
   void note(const Header& other) {
     mine.flags |= other.flags;
+    mine.most = std::max(mine.most, other.most);
     if (agreed() && !(other.sig == mine.sig)) {
       mine.flags |= kDisagree;
       mine.witness[0] = mine.sig;  mine.witness_rank[0] = mine.rank;
@@ -245,7 +248,7 @@ std::string describe(const Signature& s) {
 
 namespace {
 
-void exchange(MPI_Comm comm, const Signature& mine, const Payload& data) {
+void exchange(MPI_Comm comm, const Signature& mine, const Payload& data, double* most) {
   CommInfo ci(comm);
   Exchange ex;
   std::memset(&ex.mine, 0, sizeof(Header));
@@ -253,6 +256,7 @@ void exchange(MPI_Comm comm, const Signature& mine, const Payload& data) {
   ex.mine.rank = ci.rank;
   ex.mine.sig = mine;
   ex.mine.witness_rank[0] = ex.mine.witness_rank[1] = -1;
+  ex.mine.most = most ? *most : 0;
   ex.data = data;
   ex.src = static_cast<const char*>(data.in);
   ex.elem = accum_size(mine.dtype);
@@ -280,12 +284,15 @@ void exchange(MPI_Comm comm, const Signature& mine, const Payload& data) {
       msg += "this rank " + describe(mine);
     throw Error(ErrorKind::shape_mismatch, msg);
   }
+  if (most) *most = ex.mine.most;
 }
 
 }  // namespace
 
-void agree(MPI_Comm comm, const Signature& mine) { exchange(comm, mine, Payload{}); }
+void agree(MPI_Comm comm, const Signature& mine, double* most) { exchange(comm, mine, Payload{}, most); }
 
-void eager_collective(MPI_Comm comm, const Signature& mine, const Payload& data) { exchange(comm, mine, data); }
+void eager_collective(MPI_Comm comm, const Signature& mine, const Payload& data, double* most) {
+  exchange(comm, mine, data, most);
+}
 
 }  // namespace mpicomp

@@ -54,12 +54,14 @@ struct Payload {
 };
 
 // Exchanges `mine` with all ranks of comm. Throws ShapeMismatchError on every rank when any
-// two disagree; every message is matched either way.
-void agree(MPI_Comm comm, const Signature& mine);
+// two disagree; every message is matched either way. `most`, where given, is this rank's
+// value of a number the ranks need the largest of, and returns that largest (codec bound's
+// largest input: one round trip fewer than a reduction of its own).
+void agree(MPI_Comm comm, const Signature& mine, double* most = nullptr);
 // An uncompressed collective whose data moves in agree()'s messages (sums in the
 // accumulation type of mine.dtype: float32 for 16-bit floats); complete when it returns, and
 // it throws as agree() does, the data then unused.
-void eager_collective(MPI_Comm comm, const Signature& mine, const Payload& data);
+void eager_collective(MPI_Comm comm, const Signature& mine, const Payload& data, double* most = nullptr);
 
 // Bytes per element in which eager payloads are summed: float32 for 16-bit floats, else the
 // dtype itself.

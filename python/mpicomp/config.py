@@ -13,6 +13,8 @@ attribute          environment variable        meaning
                                                adds time). Default 65536: from there every
                                                codec beat ``none`` on a 10 Gbit/s link
                                                (1 Gbit/s: from 4 KiB; README, "Measured").
+                                               Codec bound's sums only where MPI's own
+                                               sums keep its bound (docs/error_bound.md).
 ``eager_bytes``    ``MPICOMP_EAGER_BYTES``     uncompressed allreduces (reduce-scatter
                                                inputs, allgather outputs) up to this size
                                                travel with the agreement step itself (one

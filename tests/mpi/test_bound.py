@@ -2,7 +2,8 @@
 element of the result against a float64 reference, at every rank count (tests/mpi runs at 2,
 3 and 4), for sum and avg, float32, float16 and float64, absolute and relative bounds, on
 smooth fields, noise, spikes, zeros, huge and tiny values; NaN and Inf pass through; results
-are identical on every rank; a bound the dtype cannot keep fails on every rank.
+are identical on every rank; a bound the dtype cannot keep fails on every rank, whether the
+call is compressed or sent uncompressed (below min_bytes: MPI's sums, where they keep it).
 
 Every rank draws the same examples (derandomized) and its own data from the drawn seed and
 its rank; verdicts are agreed before they are asserted (test_properties.py's scheme)."""
@@ -14,7 +15,7 @@ from mpi4py import MPI
 
 import mpicomp
 
-from _mpiutil import WORLD, compressed, digest
+from _mpiutil import WORLD, compressed, config, digest
 
 EXAMPLES = settings(derandomize=True, database=None, max_examples=150, deadline=None,
                     suppress_health_check=list(HealthCheck))
@@ -91,7 +92,12 @@ def cases(draw):
     n = draw(st.sampled_from([0, 1, 33, 1000, 70_001])) * (WORLD.size if coll == "reduce_scatter" else 1)
     return dict(coll=coll, dtype=dtype, shape=shape, spec=f"bound:{'rel' if rel else 'abs'}={bound:.3g}"
                 + draw(st.sampled_from(["", ",cname=zstd"])), avg=coll != "allgather" and draw(st.booleans()), n=n,
-                seed=draw(st.integers(0, 2**32 - 1)), nonfinite=draw(st.sampled_from([None, np.nan, np.inf, -np.inf])))
+                seed=draw(st.integers(0, 2**32 - 1)), nonfinite=draw(st.sampled_from([None, np.nan, np.inf, -np.inf])),
+                path=draw(st.sampled_from(list(PATHS))))
+
+
+# Every call compressed; the defaults (small calls uncompressed); every call below min_bytes.
+PATHS = {"compressed": dict(min_bytes=0, eager_bytes=0), "default": {}, "uncompressed": dict(min_bytes=1 << 40)}
 
 
 @EXAMPLES
@@ -104,7 +110,7 @@ def test_bound_holds_on_every_element(case):
     exact = reference(case["coll"], x64, case["avg"])
     refused = None
     try:
-        with compressed():
+        with config(**PATHS[case["path"]]):
             y = run(case["coll"], x, case["spec"], case["avg"])
     except mpicomp.CodecError as e:
         refused = e
@@ -142,6 +148,27 @@ def test_in_place_allreduce_with_cancellation(spec):
     everywhere(err <= bound, f"{spec}: error {err:.4g} over {bound:.4g}")
 
 
+def test_in_place_uncompressed_allreduce_that_must_run_again():
+    """In place, its sums riding the agreement, with a relative bound of a result far smaller
+    than the inputs: the result shows MPI's sums may have missed the bound, so the call runs
+    again compressed, from a copy of its input (the result overwrote it)."""
+    p = WORLD.size
+    if p < 4:
+        pytest.skip("on fewer than 4 ranks MPI's sums keep every bound the codec accepts")
+    i = np.arange(1000)
+    x = (np.sin(i / 10) * 1e3 * cancelling() + np.cos(i / 3 + WORLD.rank) * 0.15).astype(np.float32)
+    exact = np.stack(WORLD.allgather(x.astype(np.float64))).sum(0)
+    top = WORLD.allreduce(float(np.abs(x).max()), op=MPI.MAX)
+    by_mpi = (p - 1) * 2.0**-24 * p * top  # MPI's roundings of partial sums up to p * top
+    spec = f"bound:rel={0.8 * by_mpi / np.abs(exact).max():.6g}"
+    mpicomp.reset_stats()
+    with config(min_bytes=1 << 40, eager_bytes=1 << 20):
+        mpicomp.allreduce(x, codec=spec, out=x)
+    err = np.abs(x.astype(np.float64) - exact).max()
+    everywhere(err <= allowed(spec, exact), f"{spec}: error {err:.4g} over {allowed(spec, exact):.4g}")
+    everywhere(mpicomp.stats()["allreduce"]["compressed"] == 1, f"{spec}: {mpicomp.stats()['allreduce']}")
+
+
 def test_bound_below_the_dtypes_rounding_fails_on_every_rank():
     x = np.full(1000, 1e6, np.float32)
     with compressed(), pytest.raises(mpicomp.CodecError, match="cannot be kept on float32 data"):
@@ -150,6 +177,39 @@ def test_bound_below_the_dtypes_rounding_fails_on_every_rank():
     with compressed():
         y = mpicomp.allreduce(x, codec="bound:abs=1")
     everywhere(np.all(np.abs(y.astype(np.float64) - 1e6 * WORLD.size) <= 1), "after a refusal")
+
+
+def uncompressed_calls():
+    return sum(mpicomp.stats()["allreduce"]["skipped"].values())
+
+
+@pytest.mark.parametrize("avg", [False, True])
+@pytest.mark.parametrize("rel", [False, True])
+def test_a_call_below_min_bytes_is_compressed_where_mpis_sums_would_miss_the_bound(rel, avg):
+    """MPI's float32 sums round each of the size - 1 additions (and a mean by a size not a
+    power of two twice more); codec bound sums in float64 and rounds once. A small call
+    whose bound lies between the two goes compressed; a looser one keeps MPI's sums. (On 2
+    ranks, and summing on 3, every bound the codec keeps lies above MPI's rounding.)"""
+    top, p = 1000.0, WORLD.size
+    x = np.random.default_rng(WORLD.rank).uniform(top / 2, top, 200).astype(np.float32)
+    x[0] = top
+    exact = np.stack(WORLD.allgather(x.astype(np.float64))).sum(0) / (p if avg else 1)
+    roundings = p - 1 + (2 if avg and p & (p - 1) else 0)
+    worst = 2.0**-24 * p * top  # one rounding of the largest partial sum
+    for times, compresses in [(100, False)] + ([((roundings + 2.1) / 2, True)] if roundings > 2.2 else []):
+        # rel: of the result, which the call estimates from the largest input
+        spec = f"bound:rel={times * worst / top:.6g}" if rel else f"bound:abs={times * worst / (p if avg else 1):.6g}"
+        mpicomp.reset_stats()
+        y = mpicomp.allreduce(x, codec=spec, op="avg" if avg else "sum")
+        err = np.abs(y.astype(np.float64) - exact).max()
+        everywhere(err <= allowed(spec, exact), f"{spec}: error {err:.4g}")
+        everywhere(uncompressed_calls() == (0 if compresses else 1), f"{spec}: {mpicomp.stats()['allreduce']}")
+
+
+def test_a_bound_no_path_keeps_is_refused_below_min_bytes_too():
+    x = np.full(100, 1e6, np.float32)
+    with pytest.raises(mpicomp.CodecError, match="cannot be kept on float32 data"):
+        mpicomp.allreduce(x, codec="bound:abs=1e-3")
 
 
 def test_relative_bound_on_a_zero_result_fails_on_every_rank():
