@@ -52,7 +52,7 @@ void run_bounded(MPI_Comm comm, const CommInfo& ci, Spec user, DType t, double t
   const double by_mpi = roundings * bound_rounding(t) * magnitude + (roundings + 1) * bound_underflow(t) / scale;
   double bound_now = bound;
   Spec now = bound_stage(user, t, bound, magnitude, scale, encodings);
-  if (uncompressed && by_mpi <= bound) {
+  if (uncompressed && by_mpi <= bound && saturated(magnitude, t) == magnitude) {  // no partial sum overflows
     bound_now = by_mpi;
     now = Spec{};
   }

@@ -169,6 +169,18 @@ def test_in_place_uncompressed_allreduce_that_must_run_again():
     everywhere(mpicomp.stats()["allreduce"]["compressed"] == 1, f"{spec}: {mpicomp.stats()['allreduce']}")
 
 
+def test_sums_whose_partial_sums_could_overflow_float32_are_not_left_to_mpi():
+    """3e38 + 3e38 - 3e38: MPI's float32 sums may pass through Inf on the way to a finite
+    result; the call goes compressed (summed in float64), even below min_bytes."""
+    if WORLD.size < 3:
+        pytest.skip("two values overflow only where their exact sum does")
+    x = np.full(100, {0: 3e38, 1: 3e38, 2: -3e38}.get(WORLD.rank, 0), np.float32)
+    exact = np.stack(WORLD.allgather(x.astype(np.float64))).sum(0)
+    y = mpicomp.allreduce(x, codec="bound:abs=1e33")
+    err = np.abs(y.astype(np.float64) - exact).max()
+    everywhere(err <= 1e33, f"error {err:.4g}")
+
+
 def test_bound_below_the_dtypes_rounding_fails_on_every_rank():
     x = np.full(1000, 1e6, np.float32)
     with compressed(), pytest.raises(mpicomp.CodecError, match="cannot be kept on float32 data"):
