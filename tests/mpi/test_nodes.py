@@ -329,16 +329,17 @@ def test_float64_lossless_sums_in_float64_on_nodes(coll):
         assert y.dtype == np.float64 and np.all(np.abs(y - exact) <= bound)
 
 
+@pytest.mark.parametrize("min_bytes", [0, 1 << 40])  # compressed; uncompressed where the sums keep it
 @pytest.mark.parametrize("spec", ["bound:abs=2e-3", "bound:rel=1e-4"])
 @pytest.mark.parametrize("coll", ["allreduce", "reduce_scatter", "allgather"])
-def test_bound_holds_on_nodes(coll, spec):
+def test_bound_holds_on_nodes(coll, spec, min_bytes):
     """Codec bound through the two levels: its bound is split over the encodings between
     nodes only (the node sums exactly, in float64), and holds on every element."""
     for k in layouts():
         comm = nodes_comm(k)
         x = data(comm, 6 * 20_000, 11).astype(np.float32)
         for op in ("sum", "avg") if coll != "allgather" else ("sum",):
-            with config(min_bytes=0):
+            with config(min_bytes=min_bytes):
                 mpicomp.reset_stats()
                 y = getattr(mpicomp, coll)(x, comm=comm, codec=spec, **({} if coll == "allgather" else {"op": op}))
                 assert "two_level" in mpicomp.stats()[coll]["algorithms"] or coll != "allreduce"
