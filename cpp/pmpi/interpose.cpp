@@ -103,12 +103,12 @@ Decision decide(Coll coll, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm
   const bool adaptive = g_settings.adaptive[int(coll)];
   // MPI's sums may miss codec bound's bound: the core runs its reductions, uncompressed
   // where MPI's sums keep it (coll/budget.h).
-  const bool own = !(codec->id == CodecId::bound && coll != Coll::allgather);
-  if (count <= 0 || (own && !adaptive && size_t(count) * dtype_size(t) < g_settings.min_bytes))
+  const bool passable = !(codec->id == CodecId::bound && coll != Coll::allgather);
+  if (count <= 0 || (passable && !adaptive && size_t(count) * dtype_size(t) < g_settings.min_bytes))
     return pass(Skip::small);
   // Every rank reaches this with the same arguments, so all ask (a collective on the
   // communicator's first use) and all decide alike.
-  if (own && g_settings.skip_local && node_local(comm)) return pass(Skip::local);
+  if (passable && g_settings.skip_local && node_local(comm)) return pass(Skip::local);
   CollArgs a;
   a.spec = *codec;
   a.adaptive = adaptive;
@@ -119,7 +119,7 @@ Decision decide(Coll coll, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm
   // timed for the model as the core times its own calls (a communicator's first call of a
   // kind measures it after; coll/adaptive.h). Non-blocking calls decide on the worker, which
   // owns their duplicate's model.
-  if (own && adaptive && !nonblocking)
+  if (passable && adaptive && !nonblocking)
     if (auto why = auto_decision(private_comm(comm, 0), coll, a, bytes_in(coll, a, comm_size(comm))))
       return Decision{std::nullopt, *why, false, a};
   return Decision{a, Skip::off};
