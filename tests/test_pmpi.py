@@ -35,7 +35,7 @@ def test_preload_library_is_installed():
 @pytest.mark.parametrize("n,codec", [(3, c) for c in ("off", "none", "fp16", "bf16", "int8", "int4", "sign", "lz4", "lossless",
                                                     "blosc:cname=lz4,filter=shuffle,clevel=3", "bound:abs=1e-2")]
                          + [(2, "off"), (2, "int8"), (2, "sign"), (2, "bound:abs=1e-3"),
-                            # finer than MPI's float32 sums keep on 3 ranks: small calls too go compressed
+                            # near float32's resolution of these sums, held to the bound itself
                             (3, "bound:abs=4e-6")])
 def test_c_program_results_within_codec_bounds(program, n, codec):
     r = mpiexec(n, program, codec, MPICOMP_CODEC=codec, MPICOMP_DTYPES="float,double")  # its doubles' bounds too
@@ -238,6 +238,34 @@ def test_doubles_stay_exact_unless_named():
     assert 0 < float(r.stdout.split("ERR")[1].split()[0]) < 0.01  # int8's error, well below 1%
     assert stats_rows(r.stdout)["allreduce"][1] == 1
     assert "MPI_SUM of float/double (MPICOMP_DTYPES)" in r.stderr
+
+
+BOUND_PROGRAM = r"""
+import numpy as np
+from mpi4py import MPI
+c = MPI.COMM_WORLD
+xs = [np.random.default_rng(r).uniform(500, 1000, 200).astype(np.float32) for r in range(c.size)]
+for x in xs:
+    x[0] = 1000
+exact = np.sum([x.astype(np.float64) for x in xs], axis=0)
+y = np.empty(200, np.float32)
+c.Allreduce(xs[c.rank], y)
+if c.rank == 0:
+    print("ERR", np.abs(y - exact).max(), flush=True)
+"""
+
+
+@pytest.mark.parametrize("bound,compressed", [(6e-4, 1), (1e-2, 0)])
+def test_a_small_bound_sum_is_compressed_where_mpis_sums_would_miss(bound, compressed):
+    """800 bytes, below MPICOMP_MIN_BYTES, on 4 ranks of values up to 1000: MPI's float32 sums
+    may err by three roundings of partial sums up to 4000 (7.2e-4), codec bound by one (it
+    sums in float64), so a bound between the two sends even this call compressed; a looser
+    one leaves it to MPI."""
+    r = mpiexec(4, sys.executable, "-c", BOUND_PROGRAM, MPICOMP_CODEC=f"bound:abs={bound}", MPICOMP_STATS="1")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert float(r.stdout.split("ERR")[1].split()[0]) <= bound
+    calls, done, *_, reasons = stats_rows(r.stdout)["allreduce"]
+    assert (calls, done, reasons) == (1, compressed, {} if compressed else {"small": 1}), r.stdout[-2000:]
 
 
 AUTO_PROGRAM = r"""
