@@ -1,5 +1,5 @@
 // The data movement of a compressed collective, after its agreement: flat (every rank
-// exchanges with every other; collectives.cpp) or two-level (two_level.cpp). Internal to
+// exchanges with every other; flat.cpp) or two-level (two_level.cpp). Internal to
 // the core; the public entry points are coll.h's.
 #pragma once
 #include <mpi.h>
