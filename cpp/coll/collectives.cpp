@@ -130,9 +130,11 @@ double* largest_input(const CollArgs& a, const Signature& sig, const void* x, si
 }
 
 // x, or a copy of it where an uncompressed reduction that rides the agreement writes its
-// result over it: codec bound may have to run the call again, compressed (budget.h).
+// result over it: codec bound may have to run the call again, compressed (budget.h). Not
+// for an absolute bound on 2 ranks: the sum's one rounding is within any bound the codec
+// accepts (a relative one may still find the result smaller than it estimated).
 const void* kept(const CollArgs& a, int size, const void* x, const void* y, size_t bytes) {
-  if (x != y || !(bound_relative(a.spec.block) || size > 2)) return x;  // on 2 ranks an absolute bound never does
+  if (x != y || !(bound_relative(a.spec.block) || size > 2)) return x;
   thread_local Scratch copy;
   return std::memcpy(copy.get(bytes), x, bytes);
 }
