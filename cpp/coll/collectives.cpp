@@ -289,18 +289,20 @@ void allreduce_call(MPI_Comm comm, const void* x, void* y, const CollArgs& a, st
   // float32 on nodes that only config.ranks_per_node knows of (MPI does not): there the
   // two-level path sends what a node-aware MPI would.
   const bool by_mpi = mt != MPI_DATATYPE_NULL && !(two_level && nodes.ranks_per_node && a.dtype == DType::f32);
+  auto mpi_sum = [&](const void* from) {
+    rec.algo = Algo::mpi;
+    mpi_collective("MPI_Allreduce", [&](mpic::Requests* rs) {
+      mpic::allreduce(from == y ? MPI_IN_PLACE : from, y, a.count, mt, MPI_SUM, comm, rs);
+    });
+    if (a.avg) divide(y, a.dtype, a.count, ci.size);
+  };
+  // (Codec bound's sums first learn whether MPI's keep its bound: bounded.)
+  if (sig.wire == CodecId::none && by_mpi && !most) return mpi_sum(x);
   FrameDamage damage;
   const CodecId ran = bounded(
       comm, ci, sig, cfg, a, top, in, a.count, y, a.count, scale, two_level ? nodes.nodes : ci.size, true, sig.eager,
       skip, [&](const Tiling& U, const void* from) {
-        if (U.wire.id == CodecId::none && by_mpi) {
-          rec.algo = Algo::mpi;
-          mpi_collective("MPI_Allreduce", [&](mpic::Requests* rs) {
-            mpic::allreduce(from == y ? MPI_IN_PLACE : from, y, a.count, mt, MPI_SUM, comm, rs);
-          });
-          if (a.avg) divide(y, a.dtype, a.count, ci.size);
-          return;
-        }
+        if (U.wire.id == CodecId::none && by_mpi) return mpi_sum(from);
         float* res = residual_of(U, a);
         rec.algo = two_level ? Algo::two_level : Algo::flat;
         if (two_level) return two_level_allreduce(nodes, e, U, from, y, a.count, res, scale, damage);
@@ -337,19 +339,22 @@ void reduce_scatter_call(MPI_Comm comm, const void* x, void* y, const CollArgs& 
     agree(comm, sig, most);
   }
   if (a.count == 0) return;
+  auto mpi_sum = [&](const void* from) {
+    rec.algo = Algo::mpi;
+    mpi_collective("MPI_Reduce_scatter_block",
+                   [&](mpic::Requests* rs) { mpic::reduce_scatter_block(from, y, a.count, mt, MPI_SUM, comm, rs); });
+    if (a.avg) divide(y, a.dtype, a.count, ci.size);
+  };
+  const bool by_mpi = mt != MPI_DATATYPE_NULL;
+  // (Codec bound's sums first learn whether MPI's keep its bound: bounded.)
+  if (sig.wire == CodecId::none && by_mpi && !most) return mpi_sum(x);
   FrameDamage damage;
   const NodeLayout& nodes = node_layout(comm);
   const bool two_level = !sig.flat && two_level_blocks(nodes);
   const CodecId ran = bounded(
       comm, ci, sig, cfg, a, top, x, total, y, a.count, scale, (two_level ? nodes.nodes : ci.size) - 1, true, sig.eager,
       skip, [&](const Tiling& U, const void* in) {
-        if (U.wire.id == CodecId::none && mt != MPI_DATATYPE_NULL) {
-          rec.algo = Algo::mpi;
-          mpi_collective("MPI_Reduce_scatter_block",
-                         [&](mpic::Requests* rs) { mpic::reduce_scatter_block(in, y, a.count, mt, MPI_SUM, comm, rs); });
-          if (a.avg) divide(y, a.dtype, a.count, ci.size);
-          return;
-        }
+        if (U.wire.id == CodecId::none && by_mpi) return mpi_sum(in);
         float* res = residual_of(U, a);
         rec.algo = two_level ? Algo::two_level : Algo::flat;
         if (two_level) return two_level_reduce_scatter(nodes, e, U, in, y, a.count, res, scale, damage);
