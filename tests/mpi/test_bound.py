@@ -181,18 +181,15 @@ def test_sums_whose_partial_sums_could_overflow_float32_are_not_left_to_mpi():
     everywhere(err <= 1e33, f"error {err:.4g}")
 
 
-def test_bound_below_the_dtypes_rounding_fails_on_every_rank():
+@pytest.mark.parametrize("path", ["compressed", "default"])  # 4000 bytes: below min_bytes by default
+def test_bound_below_the_dtypes_rounding_fails_on_every_rank(path):
     x = np.full(1000, 1e6, np.float32)
-    with compressed(), pytest.raises(mpicomp.CodecError, match="cannot be kept on float32 data"):
+    with config(**PATHS[path]), pytest.raises(mpicomp.CodecError, match="cannot be kept on float32 data"):
         mpicomp.allreduce(x, codec="bound:abs=1e-3")
     # the communicator is still usable
-    with compressed():
+    with config(**PATHS[path]):
         y = mpicomp.allreduce(x, codec="bound:abs=1")
     everywhere(np.all(np.abs(y.astype(np.float64) - 1e6 * WORLD.size) <= 1), "after a refusal")
-
-
-def uncompressed_calls():
-    return sum(mpicomp.stats()["allreduce"]["skipped"].values())
 
 
 @pytest.mark.parametrize("avg", [False, True])
@@ -215,13 +212,8 @@ def test_a_call_below_min_bytes_is_compressed_where_mpis_sums_would_miss_the_bou
         y = mpicomp.allreduce(x, codec=spec, op="avg" if avg else "sum")
         err = np.abs(y.astype(np.float64) - exact).max()
         everywhere(err <= allowed(spec, exact), f"{spec}: error {err:.4g}")
-        everywhere(uncompressed_calls() == (0 if compresses else 1), f"{spec}: {mpicomp.stats()['allreduce']}")
-
-
-def test_a_bound_no_path_keeps_is_refused_below_min_bytes_too():
-    x = np.full(100, 1e6, np.float32)
-    with pytest.raises(mpicomp.CodecError, match="cannot be kept on float32 data"):
-        mpicomp.allreduce(x, codec="bound:abs=1e-3")
+        uncompressed = sum(mpicomp.stats()["allreduce"]["skipped"].values())
+        everywhere(uncompressed == (0 if compresses else 1), f"{spec}: {mpicomp.stats()['allreduce']}")
 
 
 def test_relative_bound_on_a_zero_result_fails_on_every_rank():
