@@ -29,8 +29,9 @@ def _expected(coll, n, p):
     return np.full(n * (p if coll == "allgather" else 1), 1.0 if coll == "allgather" else float(p), np.float32)
 
 
-# Compressed, uncompressed through MPI, and small enough to ride the agreement step.
-@pytest.mark.parametrize("codec,n", [("int8", 100_000), ("none", 100_000), ("none", 64)])
+# Compressed, uncompressed through MPI, small enough to ride the agreement step, and codec
+# bound's small sums (their largest input agreed with the call, then MPI's sums or its own).
+@pytest.mark.parametrize("codec,n", [("int8", 100_000), ("none", 100_000), ("none", 64), ("bound:rel=1e-3", 64)])
 @pytest.mark.parametrize("coll", ["allreduce", "reduce_scatter", "allgather"])
 def test_a_rank_that_never_arrives(timeout, coll, codec, n):
     fn = getattr(mpicomp, coll)
