@@ -202,6 +202,8 @@ PYBIND11_MODULE(_core, m) {
   m.attr("RAW_CHUNK") = kRawChunk;
   m.attr("STREAM_BYTES") = kStreamBytes;
   m.attr("AUTO_BIT") = kAutoBit;
+  // The back-off of every wait, in seconds: spin, then naps growing by a step up to a cap.
+  m.attr("WAIT_BACKOFF") = py::make_tuple(kWaitSpin.count() / 1e6, kWaitNap.count() / 1e6, kWaitMaxNap.count() / 1e6);
 
   m.def("numpy_args", [](const py::array& x, py::handle out, int out_mode, int size) {
     NumpyArgs t = numpy_args(x, out, out_mode, size);

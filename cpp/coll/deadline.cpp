@@ -114,34 +114,26 @@ bool oversubscribed() {
   return over;
 }
 
-// Polls `test` until it reports progress or the deadline (if any) passes. A wait that has not
-// completed within kSpin sleeps between polls, kNap longer each time up to kMaxNap: a rank
-// waiting for one that is late, or gone, does not hold a core for the whole timeout (30
-// minutes by default in Python), while a wait that completes within kSpin costs no sleep,
-// and the socket buffers of a TCP link hold far more than kMaxNap of its traffic. A short
-// spin leaves the core to the compute a non-blocking call overlaps (DDP's backward pass:
-// docs/torch.md); 0.1 ms and 2 ms gave the same shared-memory latencies, within this 2-core
-// machine's noise. Measured: a rank waiting 2 s uses 0.22 s of CPU.
-constexpr auto kSpin = std::chrono::microseconds(100);
 // MPI's own nonblocking collectives progress only while polled, so each of their rounds
-// could wait out a nap: they spin as MPI's blocking call would, for calls up to some
-// megabytes. Measured, 3 ranks on 2 cores, 1 MiB uncompressed allreduce: 1.7 ms blocking,
-// 2.1-2.7 ms polled with kSpin, 1.3-2.3 ms (the blocking call's noise there) with this.
+// could wait out a nap: they spin (poll's spin_for) as MPI's blocking call would, for calls
+// up to some megabytes. Measured, 3 ranks on 2 cores, 1 MiB uncompressed allreduce: 1.7 ms blocking,
+// 2.1-2.7 ms polled with kWaitSpin, 1.3-2.3 ms (the blocking call's noise there) with this.
 constexpr auto kCollectiveSpin = std::chrono::milliseconds(20);
-constexpr auto kNap = std::chrono::microseconds(10), kMaxNap = std::chrono::microseconds(250);
 
+// Polls `test` until it reports progress or the deadline (if any) passes, backing off as
+// deadline.h's kWaitSpin / kWaitNap / kWaitMaxNap say.
 template <class Test>
-void poll(const char* what, Test test, std::chrono::microseconds spin_for = kSpin) {
+void poll(const char* what, Test test, std::chrono::microseconds spin_for = kWaitSpin) {
   const bool yield = oversubscribed();
   const auto start = Clock::now();
-  auto nap = std::chrono::microseconds(0);  // > 0: past kSpin, a nap after every poll
+  auto nap = std::chrono::microseconds(0);  // > 0: past spin_for, a nap after every poll
   for (unsigned spin = 0;; ++spin) {
     if (test()) return;
     if (nap.count() || spin % 64 == 63) {
       const auto now = Clock::now();
       if (t_timed && now >= t_deadline) expire(what);
       if (now - start > spin_for) {
-        nap = std::min(nap + kNap, kMaxNap);
+        nap = std::min(nap + kWaitNap, kWaitMaxNap);
         std::this_thread::sleep_for(nap);
         continue;
       }

@@ -1,8 +1,9 @@
 """MPI calls made from Python (mpi4py) that wait at most a timeout, as the core's do: the
 exact operations of the torch backend, the optimizers' own messages and the agreements
 above the core (mpicomp._agree). Each posts a
-non-blocking call and polls it, sleeping between polls once 0.1 ms has passed (a rank whose
-peer is late or gone does not hold a core for the whole timeout), and raises
+non-blocking call and polls it, backing off to sleeping between polls as the core's waits do
+(``_core.WAIT_BACKOFF``, cpp/coll/deadline.h: a rank whose peer is late or gone does not hold
+a core for the whole timeout), and raises
 CommTimeoutError when the time is up. A collective request cannot be cancelled (MPI): its
 communicator must not be used again, which the callers see to."""
 import pickle
@@ -11,10 +12,12 @@ import time
 import numpy as np
 from mpi4py import MPI
 
+from . import _core
 from .errors import BackendError, CommTimeoutError
 
 __all__ = ["wait", "call", "allgather", "Timed"]
 
+_SPIN, _NAP, _MAX_NAP = _core.WAIT_BACKOFF
 _abandoned = []  # requests of timed-out collectives (MPI cannot cancel them)
 
 
@@ -31,8 +34,8 @@ def wait(request, seconds, what):
             raise CommTimeoutError(f"{what}: still waiting after {seconds:g} s (the timeout: config.timeout_s, "
                                    f"mpicomp.set_timeout, a torch group's timeout=): a rank of the communicator "
                                    f"has not reached this call, or has stopped in it")
-        if elapsed > 1e-4:
-            nap = min(nap + 1e-5, 1e-3)
+        if elapsed > _SPIN:
+            nap = min(nap + _NAP, _MAX_NAP)
             time.sleep(nap)
 
 
