@@ -15,29 +15,17 @@ emulated nodes at RATE, inside a node unshaped) and adds the planner's pick for 
 --intra-gbit inside a node) beside the measured fastest partition.
 """
 import argparse
-import json
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from _driver import ROOT, netem, parse, run_json, write
 
 
 def train(args, flags, extra, tmp, tag):
     log = Path(tmp) / f"{tag}.json"
-    cmd = [str(Path(sys.executable).parent / "mpiexec"), "-n", str(args.np), sys.executable,
-           str(ROOT / "examples" / "train_gpt.py"), *flags, *extra, "--json", str(log)]
-    if args.netem:
-        cmd = [sys.executable, str(ROOT / "bench" / "netem"), "--rate", args.netem, "--ranks-per-node",
-               str(args.ranks_per_node), "--", *cmd]
-    print("#", " ".join(cmd), flush=True)
-    r = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
-    if r.returncode:
-        sys.exit(f"{tag} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
-    print(r.stdout.strip().splitlines()[-1], flush=True)
-    return json.loads(log.read_text())
+    return run_json(args.np, [sys.executable, ROOT / "examples" / "train_gpt.py", *flags, *extra, "--json", log],
+                    log, tag, link=netem(args.netem, args.ranks_per_node), last_line=True)
 
 
 def main():
@@ -48,10 +36,7 @@ def main():
     p.add_argument("--netem", default=None, help="rate of the links between nodes, e.g. 1gbit (needs root)")
     p.add_argument("--intra-gbit", type=float, default=20.0,
                    help="bandwidth inside a node for the planner, Gbit/s (loopback TCP here)")
-    argv = sys.argv[1:]
-    cut = argv.index("--") if "--" in argv else len(argv)
-    args = p.parse_args(argv[:cut])
-    args.flags = argv[cut + 1:]  # for examples/train_gpt.py
+    args, args.flags = parse(p)  # the flags for examples/train_gpt.py
     from mpicomp.optim.amsp.groups import valid_partitions
 
     flags = ["--policy", "none", *args.flags]
@@ -71,7 +56,6 @@ def main():
             if shard[0] > 1:
                 off = train(args, flags, amsp_flags + ["--amsp-prefetch", "off"], tmp, f"amsp-{shard}-off")
                 rows[-1]["seconds_per_step_no_prefetch"] = off["seconds_per_step"]
-    out = ROOT / "bench" / "results" / f"amsp-partitions-{args.name}"
     summary = {"command": " ".join(sys.argv), "np": args.np, "ranks_per_node": args.ranks_per_node,
                "netem": args.netem, "ddp_final_loss": ddp["final_loss"], "ddp_seconds_per_step": ddp["seconds_per_step"],
                "ddp_wire_bytes_per_step": ddp["wire_bytes_per_step"], "partitions": rows}
@@ -88,7 +72,6 @@ def main():
             fastest = min(rows, key=lambda r: r["seconds_per_step"])["shard"]
             summary.update(planner_pick=list(chosen), measured_fastest=list(fastest))
             pick_line = f"Planner's pick {tuple(chosen)}, measured fastest {tuple(fastest)}."
-    out.with_suffix(".json").write_text(json.dumps(summary, indent=1))
     lines = [f"`{summary['command']}`", "",
              f"DDP (replicated AdamW, allreduce): final loss {ddp['final_loss']:.6f}, "
              f"{ddp['seconds_per_step'] * 1e3:.1f} ms/step, {ddp['wire_bytes_per_step'] / 1e6:.3f} MB/step", "",
@@ -104,8 +87,7 @@ def main():
                      f"{m['params']:.3f}, {m['grads']:.3f}, {m['optimizer']:.3f} |")
     if pick_line:
         lines += ["", pick_line]
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write(f"amsp-partitions-{args.name}", summary, lines)
 
 
 if __name__ == "__main__":

@@ -15,14 +15,13 @@ than computes. Time per step: the median over the steps after the first 5 (rank 
 import argparse
 import json
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from _driver import ROOT, median_ms, netem, parse, run_json, write
+
 MODES = ("gloo", "hook-blocking", "hook", "backend")
 
 
@@ -85,18 +84,10 @@ def worker(argv):
 
 def run(a, mode, flags, tmp):
     log = Path(tmp) / f"{mode}.json"
-    cmd = [str(Path(sys.executable).parent / "mpiexec"), "-n", str(a.np), sys.executable, __file__, "--run", mode,
-           "--codec", a.codec, "--bucket-mb", str(a.bucket_mb), "--json", str(log), *flags]
-    if a.netem:
-        cmd = [sys.executable, str(ROOT / "bench" / "netem"), "--rate", a.netem, "--", *cmd]
-    print("#", " ".join(cmd), flush=True)
-    r = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
-    if r.returncode:
-        sys.exit(f"{mode} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
-    out = json.loads(log.read_text())
-    kept = out["step_seconds"][5:] or out["step_seconds"]
+    out = run_json(a.np, [sys.executable, __file__, "--run", mode, "--codec", a.codec, "--bucket-mb", a.bucket_mb,
+                          "--json", log, *flags], log, mode, link=netem(a.netem))
     for i, key in enumerate(("ms_per_step", "forward_ms", "backward_ms")):
-        out[key] = statistics.median(s[i] for s in kept) * 1e3
+        out[key] = median_ms([s[i] for s in out["step_seconds"]])
     return out
 
 
@@ -109,10 +100,7 @@ def main():
     p.add_argument("--netem", default=None, help="emulated link rate, e.g. 1gbit (needs root)")
     p.add_argument("--codec", default="int8", help="the hook's and the backend's codec")
     p.add_argument("--bucket-mb", type=float, default=1.0, help="DDP's bucket_cap_mb: several buckets to overlap")
-    argv = sys.argv[1:]
-    cut = argv.index("--") if "--" in argv else len(argv)
-    a = p.parse_args(argv[:cut])
-    flags = argv[cut + 1:]
+    a, flags = parse(p)
     with tempfile.TemporaryDirectory() as tmp:
         runs = {mode: run(a, mode, flags, tmp) for mode in MODES}
     gloo, blocking = runs["gloo"]["ms_per_step"], runs["hook-blocking"]["ms_per_step"]
@@ -122,8 +110,6 @@ def main():
     summary = {"command": " ".join(sys.argv), "np": a.np, "netem": a.netem, "codec": a.codec,
                "bucket_mb": a.bucket_mb, "flags": flags, "parameters": runs["gloo"]["parameters"], "runs": rows,
                "losses": {m: r["losses"] for m, r in runs.items()}}
-    out = ROOT / "bench" / "results" / f"ddp-overlap-{a.name}"
-    out.with_suffix(".json").write_text(json.dumps(summary, indent=1))
     lines = [f"`{summary['command']}` ({summary['parameters']} parameters)", "",
              "| DDP with | ms/step | forward ms | backward ms (with DDP's wait) | speed-up over gloo | over the "
              "blocking hook | final loss |", "|---|---|---|---|---|---|---|"]
@@ -132,8 +118,7 @@ def main():
     for r in rows:
         lines.append(f"| {names[r['mode']]} | {r['ms']:.1f} | {r['forward_ms']:.1f} | {r['backward_ms']:.1f} | "
                      f"{r['vs_gloo']:.2f}x | {r['vs_blocking']:.2f}x | {r['final_loss']:.4f} |")
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write(f"ddp-overlap-{a.name}", summary, lines)
 
 
 if __name__ == "__main__":

@@ -16,12 +16,10 @@ import argparse
 import json
 import os
 import signal
-import subprocess
 import sys
 import tempfile
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from _driver import ROOT, launch, write
 
 
 def phase(args):
@@ -79,21 +77,17 @@ def main():
     args = p.parse_args()
     if args.phase:
         return phase(args)
-    mpiexec = str(Path(sys.executable).parent / "mpiexec")
     with tempfile.TemporaryDirectory() as tmp:
         ckpt, log = os.path.join(tmp, "diloco.pt"), os.path.join(tmp, "log.jsonl")
         runs = [(4, args.steps, args.kill_at), (3, args.rejoin_at, -1), (4, args.steps, -1)]
         for n, stop, kill in runs:
-            cmd = [mpiexec, "-n", str(n), sys.executable, __file__, "--phase", "--stop", str(stop), "--kill-at",
-                   str(kill), "--checkpoint", ckpt, "--log", log, "--sync-every", str(args.sync_every),
-                   "--batch", str(args.batch), "--context", str(args.context), "--layers", str(args.layers),
-                   "--width", str(args.width), "--heads", str(args.heads), "--lr", str(args.lr), "--seed",
-                   str(args.seed)]
-            r = subprocess.run(cmd, capture_output=True, text=True)
-            print(f"# {n} workers until step {stop}{f', one killed at {kill}' if kill >= 0 else ''}: "
-                  f"exit code {r.returncode}", flush=True)
-            if (r.returncode == 0) != (kill < 0):
-                sys.exit(f"unexpected exit {r.returncode}:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
+            what = f"{n} workers until step {stop}{f', one killed at {kill}' if kill >= 0 else ''}"
+            r = launch(n, [sys.executable, __file__, "--phase", "--stop", stop, "--kill-at", kill, "--checkpoint", ckpt,
+                           "--log", log, "--sync-every", args.sync_every, "--batch", args.batch, "--context",
+                           args.context, "--layers", args.layers, "--width", args.width, "--heads", args.heads,
+                           "--lr", args.lr, "--seed", args.seed], what,
+                       expect=lambda code: (code == 0) == (kill < 0), echo=False)
+            print(f"# {what}: exit code {r.returncode}", flush=True)
         rows = [json.loads(line) for line in open(log)]
     losses = [r["loss"] for r in rows]
     noise = sorted(abs(a - b) for a, b in zip(losses, losses[1:]))
@@ -102,8 +96,7 @@ def main():
     summary = {"command": " ".join(sys.argv), "steps": [r["step"] for r in rows], "loss": losses,
                "workers": [r["workers"] for r in rows], "restart_steps": [rows[i]["step"] for i in restarts],
                "jump_at_restarts": jumps, "step_to_step_p90": noise[int(0.9 * len(noise))]}
-    out = ROOT / "bench" / "results" / "diloco-leave-join"
-    out.with_suffix(".json").write_text(json.dumps(summary, indent=1))
+    out = write("diloco-leave-join", summary)
     print(f"restarts at steps {summary['restart_steps']}: loss jumps {[round(j, 4) for j in jumps]}, "
           f"step-to-step change p90 {summary['step_to_step_p90']:.4f}")
     import matplotlib

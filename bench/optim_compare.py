@@ -12,29 +12,17 @@ with loss-vs-tokens and loss-vs-seconds plots in optim-NAME.png.
 Times per token are compared with zero1's when it runs, else with the first optimizer's.
 """
 import argparse
-import json
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from _driver import ROOT, netem, parse, run_json, write
 
 
 def run(opt, args, flags, tmp):
     log = Path(tmp) / f"{opt}.json"
-    cmd = [str(Path(sys.executable).parent / "mpiexec"), "-n", str(args.np), sys.executable,
-           str(ROOT / "examples" / "train_gpt.py"), *flags, "--optimizer", opt, "--json", str(log)]
-    if args.netem:
-        topology = ["--ranks-per-node", str(args.ranks_per_node)] if args.ranks_per_node else []
-        cmd = [sys.executable, str(ROOT / "bench" / "netem"), "--rate", args.netem, *topology, "--", *cmd]
-    print("#", " ".join(cmd), flush=True)
-    r = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
-    if r.returncode:
-        sys.exit(f"{opt} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
-    print(r.stdout.strip().splitlines()[-1], flush=True)
-    return json.loads(log.read_text())
+    return run_json(args.np, [sys.executable, ROOT / "examples" / "train_gpt.py", *flags, "--optimizer", opt,
+                              "--json", log], log, opt, link=netem(args.netem, args.ranks_per_node), last_line=True)
 
 
 def main():
@@ -44,10 +32,7 @@ def main():
     p.add_argument("--optimizers", default="adamw,zero1,acco", help="comma-separated --optimizer values")
     p.add_argument("--netem", default=None, help="emulated link rate, e.g. 1gbit (needs root)")
     p.add_argument("--ranks-per-node", type=int, default=None, help="with --netem: shape only links between nodes")
-    argv = sys.argv[1:]
-    cut = argv.index("--") if "--" in argv else len(argv)
-    a = p.parse_args(argv[:cut])
-    flags = argv[cut + 1:]  # for examples/train_gpt.py
+    a, flags = parse(p)  # the flags for examples/train_gpt.py
     with tempfile.TemporaryDirectory() as tmp:
         logs = {opt: run(opt, a, flags, tmp) for opt in a.optimizers.split(",")}
     summary = {"command": " ".join(sys.argv), "np": a.np, "netem": a.netem, "ranks_per_node": a.ranks_per_node,
@@ -69,8 +54,7 @@ def main():
     summary["base"] = name
     for r in summary["runs"].values():
         r["time_per_token_vs_base"] = r["seconds_per_token"] / summary["runs"][name]["seconds_per_token"]
-    out = ROOT / "bench" / "results" / f"optim-{a.name}"
-    out.with_suffix(".json").write_text(json.dumps(summary, indent=1))
+    out = write(f"optim-{a.name}", summary)
     for opt, r in summary["runs"].items():
         print(f"{opt:6s} final loss {r['final_loss']:.4f}  {r['seconds_per_token'] * 1e6:8.2f} us/token  "
               f"({r['time_per_token_vs_base']:.2f}x {name})  comm wait {r['comm_wait_s_per_step'] * 1e3:.1f} "

@@ -13,23 +13,17 @@ each size keeps its best latency, so slow drift of the machine does not favour o
 """
 import argparse
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-BIN = Path(sys.executable).parent
+from _driver import launch
 
 
 def run_osu(osu, n, sizes, iters, warmup, codec, netem, preload):
     env = [] if codec == "plain" else ["env", f"LD_PRELOAD={preload}", f"MPICOMP_CODEC={codec}"]
-    cmd = [str(BIN / "mpiexec"), "-n", str(n), *env, str(Path(osu) / "osu_allreduce"), "-T", "mpi_float", "-c", "-m", sizes, "-i", str(iters), "-x", str(warmup)]
-    if netem:
-        cmd = [str(HERE / "netem"), *netem.split(), "--", *cmd]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
-    if out.returncode:
-        sys.exit(f"osu_preload: {codec}: exit {out.returncode}\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
+    out = launch(n, [*env, Path(osu) / "osu_allreduce", "-T", "mpi_float", "-c", "-m", sizes, "-i", iters,
+                     "-x", warmup], f"osu_preload: {codec}", link=netem.split(), echo=False, timeout=3600)
     rows = {}
     for line in out.stdout.splitlines():
         f = line.split()
@@ -58,7 +52,6 @@ def main():
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--json")
     a = p.parse_args()
-    sys.path.insert(0, str(HERE.parent / "python"))
     preload = subprocess.run([sys.executable, "-m", "mpicomp", "--preload"], capture_output=True, text=True,
                              check=True).stdout.strip()
     codecs = a.codecs.split(",")

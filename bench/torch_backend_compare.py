@@ -10,30 +10,20 @@ bench/results/torch-backend-NAME.{json,md}.
 Time per step: the median over the steps after the first 5 (rank 0's clock).
 """
 import argparse
-import json
-import os
-import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from _driver import ROOT, median_ms, netem, parse, run_json, write
 
 
 def train(args, backend, wrap, codec, flags, tmp):
     log = Path(tmp) / f"{backend}-{wrap}-{codec}.json"
-    cmd = [str(Path(sys.executable).parent / "mpiexec"), "-n", str(args.np), "env", f"MPICOMP_CODEC={codec}",
-           sys.executable, str(ROOT / "examples" / "torch_distributed.py"), "--backend", backend, "--wrap", wrap,
-           "--json", str(log), *flags]
-    if args.netem:
-        cmd = [sys.executable, str(ROOT / "bench" / "netem"), "--rate", args.netem, "--", *cmd]
-    print("#", " ".join(cmd), flush=True)
-    r = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
-    if r.returncode:
-        sys.exit(f"{backend} {wrap} {codec} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
-    out = json.loads(log.read_text())
-    out["ms_per_step"] = statistics.median(out["step_seconds"][5:] or out["step_seconds"]) * 1e3
+    script = ROOT / "examples" / "torch_distributed.py"
+    out = run_json(args.np, ["env", f"MPICOMP_CODEC={codec}", sys.executable, script, "--backend", backend,
+                             "--wrap", wrap, "--json", log, *flags], log,
+                   f"{backend} {wrap} {codec}", link=netem(args.netem))
+    out["ms_per_step"] = median_ms(out["step_seconds"])
     return out
 
 
@@ -44,10 +34,7 @@ def main():
     p.add_argument("--netem", default=None, help="emulated link rate, e.g. 1gbit (needs root)")
     p.add_argument("--codecs", default="none,bf16,int8", help="MPICOMP_CODEC values for the mpicomp runs")
     p.add_argument("--wraps", default="ddp,fsdp2", help="examples/torch_distributed.py --wrap values")
-    argv = sys.argv[1:]
-    cut = argv.index("--") if "--" in argv else len(argv)
-    a = p.parse_args(argv[:cut])
-    flags = argv[cut + 1:]
+    a, flags = parse(p)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for wrap in a.wraps.split(","):
@@ -60,9 +47,7 @@ def main():
                                  ratio=r["ms_per_step"] / gloo["ms_per_step"], loss=r["losses"][-1],
                                  loss_vs_gloo=r["losses"][-1] / gloo["losses"][-1] - 1,
                                  bytes_wire=r["bytes_wire"], bytes_plain=r["bytes_plain"]))
-    out = ROOT / "bench" / "results" / f"torch-backend-{a.name}"
     summary = {"command": " ".join(sys.argv), "np": a.np, "netem": a.netem, "flags": flags, "runs": rows}
-    out.with_suffix(".json").write_text(json.dumps(summary, indent=1))
     lines = [f"`{summary['command']}`", "",
              "| script | backend | codec | ms/step | vs gloo | final loss | MB sent by mpicomp (uncompressed) |",
              "|---|---|---|---|---|---|---|"]
@@ -70,8 +55,7 @@ def main():
         sent = f"{r['bytes_wire'] / 1e6:.1f} ({r['bytes_plain'] / 1e6:.1f})" if r["backend"] == "mpicomp" else ""
         lines.append(f"| {r['wrap']} | {r['backend']} | {r['codec']} | {r['ms']:.1f} | {r['ratio']:.2f}x | "
                      f"{r['loss']:.4f} | {sent} |")
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write(f"torch-backend-{a.name}", summary, lines)
 
 
 if __name__ == "__main__":

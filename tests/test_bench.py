@@ -354,3 +354,42 @@ def test_bound_columns_in_the_table_and_json(tmp_path):
     for rec in json.loads(out.read_text()):
         assert rec["link_bound_us"] > 0 and rec["bound_us"] >= rec["link_bound_us"]
         assert rec["pct_of_bound"] == pytest.approx(100 * rec["bound_us"] / rec["avg_latency_us"])
+
+
+FAKE_OSU = """#!{python}
+# osu_allreduce's output, its latency set by the codec it runs under; exit 3 under int4
+import os, sys
+codec = os.environ.get("MPICOMP_CODEC", "plain")
+if codec != "plain" and not os.environ.get("LD_PRELOAD", "").endswith("libmpicomp_pmpi.so"):
+    sys.exit("no preload")
+if codec == "int4":
+    sys.exit(3)
+us = {{"plain": 12.0, "off": 10.0, "int8": 4.0}}[codec]
+if os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")) == "0":
+    print("# OSU MPI Allreduce Latency Test")
+    print("# Size       Avg Latency(us)        Validation")
+    for size in (1024, 2048):
+        print(f"{{size:<10}} {{us * size / 1024:18.2f}} {{'Pass':>17}}")
+"""
+
+
+def test_osu_preload_runs_each_codec_under_the_interposer(tmp_path):
+    """bench/osu_preload.py on a stand-in for osu_allreduce: each codec runs under the
+    preload (plain without it), the table and JSON hold each one's latency and its speed-up
+    over off; a run that fails ends the driver naming its codec and exit code."""
+    osu = tmp_path / "osu_allreduce"
+    osu.write_text(FAKE_OSU.format(python=sys.executable))
+    osu.chmod(0o755)
+    out = tmp_path / "osu.json"
+    cmd = [sys.executable, BENCH / "osu_preload.py", tmp_path, "-m", "1K:2K", "--codecs", "plain,off,int8",
+           "--json", out]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    records = {(x["codec"], x["size"]): x for x in json.loads(out.read_text())}
+    assert len(records) == 6 and records[("int8", 2048)]["avg_latency_us"] == 8.0
+    assert records[("int8", 1024)]["speedup_vs_off"] == 2.5 and records[("plain", 1024)]["speedup_vs_off"] == 10 / 12
+    assert records[("int8", 1024)]["impl"] == "osu_allreduce+preload"
+    assert records[("plain", 1024)]["impl"] == "osu_allreduce"
+    assert "x int8" in r.stdout and "2.50" in r.stdout
+    r = subprocess.run(cmd[:-3] + ["off,int4"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "osu_preload: int4 failed (exit code 3)" in r.stderr, r.stdout + r.stderr
