@@ -231,10 +231,11 @@ def progress(step, steps, loss, tokens_per_s, sent, plain, extra):
 
 
 def wire_bytes():
-    """(bytes sent, bytes the same calls would send uncompressed) by this rank's mpicomp
-    collectives since the last mpicomp.reset_stats()."""
+    """(bytes sent, bytes the same calls would send uncompressed, of mpicomp's own messages
+    the bytes to other nodes and inside this one) by this rank's mpicomp collectives since the
+    last mpicomp.reset_stats()."""
     s = mpicomp.stats().values()
-    return sum(c["bytes_wire"] for c in s), sum(c["bytes_plain"] for c in s)
+    return tuple(sum(c[k] for c in s) for k in ("bytes_wire", "bytes_plain", "bytes_inter", "bytes_intra"))
 
 
 class Trainer:
@@ -366,14 +367,15 @@ def main(argv=None):
                 for (dim, kind), n in rank_bytes.items():
                     by_kind[f"{dim}.{kind}"] = by_kind.get(f"{dim}.{kind}", 0) + n
             total = sum(by_kind.values())
-            wire, plain = (sum(s[1][i] for s in sent) for i in (0, 1))
+            wire, plain, inter, intra = (sum(s[1][i] for s in sent) for i in range(4))
             step_tokens = total_micro * trainer.micro * args.context
             tokens += step_tokens
             per_rank = [s[2] for s in sent]
             waits = [s[3] for s in sent]
             log["steps"].append({"step": step, "loss": loss, "seconds": elapsed, "tokens": tokens,
                                  "tokens_per_s": step_tokens / elapsed, "bytes": total, "bytes_by_kind": by_kind,
-                                 "wire_bytes": wire, "plain_bytes": plain, "micro_batches": per_rank,
+                                 "wire_bytes": wire, "plain_bytes": plain, "inter_bytes": inter,
+                                 "intra_bytes": intra, "micro_batches": per_rank,
                                  "comm_wait_s": waits})
             extra = f" micro-batches {per_rank} comm wait {max(waits) * 1e3:.1f} ms"
             if outer is not None:  # diloco: what crossed between islands so far, all ranks
@@ -396,6 +398,11 @@ def main(argv=None):
         log["bytes_per_step"] = sum(s["bytes"] for s in steps) / args.steps
         log["wire_bytes_per_step"] = sum(s["wire_bytes"] for s in steps) / args.steps
         log["plain_bytes_per_step"] = sum(s["plain_bytes"] for s in steps) / args.steps
+        # Of mpicomp's own messages, what crossed between nodes: with nodes of several ranks the
+        # total counts the traffic inside a node too (two levels send more, but less between nodes).
+        log["inter_bytes_per_step"] = sum(s["inter_bytes"] for s in steps) / args.steps
+        nodes = sum(s["intra_bytes"] for s in steps) and log["inter_bytes_per_step"]
+        between = f"; {log['inter_bytes_per_step'] / 1e6:.3f} MB of it between nodes" if nodes else ""
         # The median of the steps after the first (warm-up) ones: robust to a stray slow step.
         later = steps[min(5, args.steps - 1):]
         log["seconds_per_step"] = statistics.median(s["seconds"] for s in later)
@@ -407,7 +414,7 @@ def main(argv=None):
                 json.dump(log, f, indent=1)
         print(f"final loss {log['final_loss']:.4f} (mean of the last {len(tail)} steps), "
               f"{log['wire_bytes_per_step'] / 1e6:.3f} MB sent per step (all ranks; uncompressed "
-              f"{log['plain_bytes_per_step'] / 1e6:.3f} MB), "
+              f"{log['plain_bytes_per_step'] / 1e6:.3f} MB{between}), "
               f"{log['seconds_per_step'] * 1e3:.1f} ms per step (median), "
               f"{log['seconds_per_token'] * 1e6:.2f} us per token"
               + (f"; log: {args.json}" if args.json else ""), flush=True)

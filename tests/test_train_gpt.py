@@ -16,12 +16,14 @@ TINY = ["--layers", "2", "--width", "32", "--heads", "2", "--context", "32", "--
         "--lr", "1e-2", "--corpus-bytes", "300000"]
 
 
-def train(tmp_path, name, *flags, **env):
+def train(tmp_path, name, *flags, n=2, out=None, **env):
     log = tmp_path / f"{name}.json"
     args = [sys.executable, ROOT / "examples" / "train_gpt.py", *TINY, *flags, "--json", log]
-    r = mpiexec(2, *args, timeout=120, env={**os.environ, **env})
+    r = mpiexec(n, *args, timeout=120, env={**os.environ, **env})
     assert r.returncode == 0, f"{' '.join(map(str, args))} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     assert "final loss" in r.stdout and "step 4/4" in r.stdout, r.stdout
+    if out is not None:
+        out.append(r.stdout)
     return json.loads(log.read_text())
 
 
@@ -125,6 +127,20 @@ def test_amsp_zero3_corner(runs, tmp_path):
     for mem in log["memory"]:
         assert abs(mem["params"] - mem["formula"]["params"]) <= 4 * 64  # padding: < s_os per module
         assert mem["formula"]["params"] == 4 * log["parameters"] / 2
+
+
+def test_bytes_between_nodes(runs, tmp_path):
+    """On nodes of several ranks the total counts traffic inside a node too: the log and the
+    last line say what crossed between nodes, which two levels cut below the flat ring's
+    (3 ranks, nodes of 2 and 1), though they send more in all. On one node, nothing."""
+    lines = []
+    flat, two = (train(tmp_path, h, "--dp", "3", "--policy", "hybrid", n=3, out=lines, MPICOMP_RANKS_PER_NODE="2",
+                       MPICOMP_HIERARCHY=h) for h in ("flat", "auto"))
+    assert 0 < two["inter_bytes_per_step"] < flat["inter_bytes_per_step"] < flat["wire_bytes_per_step"]
+    assert two["wire_bytes_per_step"] > flat["wire_bytes_per_step"]
+    assert all(f"{log['inter_bytes_per_step'] / 1e6:.3f} MB of it between nodes" in out
+               for log, out in zip((flat, two), lines)), lines
+    assert runs["dp"]["inter_bytes_per_step"] == 0 and runs["dp"]["wire_bytes_per_step"] > 0  # one node
 
 
 def test_diloco_islands_follow_the_nodes(tmp_path):
