@@ -33,9 +33,9 @@ def stats():
     uncompressed: bytes_plain / bytes_wire is the saving), ``bytes_inter`` and
     ``bytes_intra`` (of bytes_wire, what mpicomp's own messages carried to other nodes and
     inside this one; MPI's own calls, the uncompressed ones, count in neither),
-    ``algorithms`` (how calls ran -> calls: "eager", "mpi", "flat", "two_level"), ``seconds``, ``skipped``
-    (reason -> uncompressed calls), ``probes`` and ``probe_seconds`` (codec "auto"'s
-    measurements and their time). docs/cluster.md: nodes and their two levels."""
+    ``algorithms`` (how calls ran -> calls: "eager", "mpi", "flat", "two_level"),
+    ``seconds``, ``skipped`` (reason -> uncompressed calls), ``probes`` and
+    ``probe_seconds`` (codec "auto"'s measurements and their time). docs/cluster.md: nodes and their two levels."""
     return _core.stats()
 
 
