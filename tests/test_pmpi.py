@@ -255,17 +255,22 @@ if c.rank == 0:
 """
 
 
-@pytest.mark.parametrize("bound,compressed", [(6e-4, 1), (1e-2, 0)])
-def test_a_small_bound_sum_is_compressed_where_mpis_sums_would_miss(bound, compressed):
+@pytest.mark.parametrize("bound,eager_bytes,compressed,algorithm",
+                         [(6e-4, None, 1, "flat"), (1e-2, None, 0, "eager"), (1e-2, "0", 0, "mpi")])
+def test_a_small_bound_sum_is_compressed_where_mpis_sums_would_miss(bound, eager_bytes, compressed, algorithm):
     """800 bytes, below MPICOMP_MIN_BYTES, on 4 ranks of values up to 1000: MPI's float32 sums
     may err by three roundings of partial sums up to 4000 (7.2e-4), codec bound by one (it
     sums in float64), so a bound between the two sends even this call compressed; a looser
-    one leaves it to MPI."""
-    r = mpiexec(4, sys.executable, "-c", BOUND_PROGRAM, MPICOMP_CODEC=f"bound:abs={bound}", MPICOMP_STATS="1")
+    one leaves it to MPI's sums, which ride the agreement as in the Python API
+    (MPICOMP_EAGER_BYTES; 0: MPI's own allreduce after it)."""
+    env = {} if eager_bytes is None else {"MPICOMP_EAGER_BYTES": eager_bytes}
+    r = mpiexec(4, sys.executable, "-c", BOUND_PROGRAM, MPICOMP_CODEC=f"bound:abs={bound}", MPICOMP_STATS="1", **env)
     assert r.returncode == 0, r.stderr[-2000:]
     assert float(r.stdout.split("ERR")[1].split()[0]) <= bound
     calls, done, *_, reasons = stats_rows(r.stdout)["allreduce"]
     assert (calls, done, reasons) == (1, compressed, {} if compressed else {"small": 1}), r.stdout[-2000:]
+    row = next(line.split() for line in r.stdout.splitlines() if line.split()[:1] == ["allreduce"])
+    assert row[-1] == f"{algorithm}=1", r.stdout[-2000:]
 
 
 AUTO_PROGRAM = r"""

@@ -88,14 +88,14 @@ bool read_settings(Settings& s, std::string& error) {
     s.adaptive[int(coll)] = all_adaptive;
     if (!read_codec(var, s.codec[int(coll)], s.adaptive[int(coll)], error)) return false;
   }
-  // The settings every way in shares (coll/environment.h); eager_bytes is checked, not used:
-  // the interposer has no eager path (interpose.cpp).
+  // The settings every way in shares (coll/environment.h).
   std::vector<SettingValue> values;
   if (!read_environment(values, error)) return false;
   for (const SettingValue& v : values) {
     const std::string name = v.rule->name;
     if (name == "min_bytes") s.min_bytes = v.integer;
     else if (name == "segment_bytes") s.segment_bytes = v.integer;
+    else if (name == "eager_bytes") s.eager_bytes = v.integer;
     else if (name == "cache_bytes") s.cache_bytes = v.integer;
     else if (name == "residual_bytes") s.residual_bytes = v.integer;
     else if (name == "codec_threads") s.codec_threads = v.integer;

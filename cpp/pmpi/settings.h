@@ -16,6 +16,7 @@ struct Settings {
   bool adaptive[5] = {};         // per Coll: codec "auto", `codec` where it pays (coll/adaptive.h)
   size_t min_bytes = 64 * 1024;  // smaller calls pass through
   size_t segment_bytes = 1 << 19;
+  size_t eager_bytes = Config{}.eager_bytes;  // Config::eager_bytes
   bool error_feedback = false;   // keyed by (communicator, receive buffer, count)
   bool stats = false;
   bool verbose = false;          // a line on rank 0 for each new reason a call is not compressed
