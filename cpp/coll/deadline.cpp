@@ -116,8 +116,9 @@ bool oversubscribed() {
 
 // MPI's own nonblocking collectives progress only while polled, so each of their rounds
 // could wait out a nap: they spin (poll's spin_for) as MPI's blocking call would, for calls
-// up to some megabytes. Measured, 3 ranks on 2 cores, 1 MiB uncompressed allreduce: 1.7 ms blocking,
-// 2.1-2.7 ms polled with kWaitSpin, 1.3-2.3 ms (the blocking call's noise there) with this.
+// up to some megabytes. Measured, 3 ranks on 2 cores, 1 MiB uncompressed allreduce: 1.7 ms
+// blocking, 2.1-2.7 ms polled with kWaitSpin, 1.3-2.3 ms (the blocking call's noise there)
+// with this.
 constexpr auto kCollectiveSpin = std::chrono::milliseconds(20);
 
 // Polls `test` until it reports progress or the deadline (if any) passes, backing off as

@@ -291,9 +291,9 @@ void on_init() {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     PMPI_Abort(MPI_COMM_WORLD, 2);
   }
-  set_config(Config{g_settings.min_bytes, g_settings.eager_bytes, g_settings.segment_bytes, g_settings.skip_local, g_settings.verbose,
-                    g_settings.timeout_s, g_settings.cache_bytes, g_settings.hierarchy, g_settings.ranks_per_node,
-                    g_settings.auto_reprobe_s});
+  set_config(Config{g_settings.min_bytes, g_settings.eager_bytes, g_settings.segment_bytes, g_settings.skip_local,
+                    g_settings.verbose, g_settings.timeout_s, g_settings.cache_bytes, g_settings.hierarchy,
+                    g_settings.ranks_per_node, g_settings.auto_reprobe_s});
   set_codec_threads(int(g_settings.codec_threads));
   g_active = true;
   announce();
