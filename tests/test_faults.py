@@ -150,6 +150,17 @@ BOUNDED = ("still in or after MPI_Finalize 31 s later, which waits for the rank 
            "ending it (exit status 1)")
 
 
+def _tree(pid):
+    """ps's lines of process pid and its descendants."""
+    rows = [line.split(None, 4) for line in subprocess.run(["ps", "-ww", "-eo", "pid,ppid,stat,etime,args"],
+                                                           capture_output=True, text=True).stdout.splitlines()]
+    mine, found = {str(pid)}, True
+    while found:
+        found = {r[0] for r in rows[1:] if r[1] in mine} - mine
+        mine |= found
+    return "\n".join(" ".join(r) for r in rows if r[0] in mine) + "\n"
+
+
 def _stall_then_finalize(how, log):
     """One job of STALL_THEN_FINALIZE (`how`: one of HOWS), its output in `log`,
     started again when the launcher itself failed to start (tests/_launch.py):
@@ -162,14 +173,17 @@ def _stall_then_finalize_once(how, log):
         job = subprocess.Popen([MPIEXEC, "-n", "2", sys.executable, "-c", STALL_THEN_FINALIZE, how],
                                env=_env(1, how == "interposed"), start_new_session=True, stdout=f,
                                stderr=subprocess.STDOUT)
+    start = time.monotonic()
+    left = ""
     try:
         job.wait(timeout=120)  # start-up, the 1 s timeout, and the 31 s bound
-    except subprocess.TimeoutExpired:
-        pass
+    except subprocess.TimeoutExpired:  # what is still running says why, should it happen
+        left = _tree(job.pid)
     finally:
         _end(job)
         job.wait()
-    return job.returncode, log.read_text()
+    return job.returncode, log.read_text() + f"\n[job: exit status {job.returncode} after " \
+        f"{time.monotonic() - start:.1f} s]\n{left}"
 
 
 @pytest.fixture(scope="module")
