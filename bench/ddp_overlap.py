@@ -9,8 +9,8 @@ bench/results/ddp-overlap-NAME.{json,md}.
                          -- MODEL_FLAGS...
 
 --repeat R runs the four modes R times, each time starting one further along (gloo first, then
-the blocking hook first, ...), and reports each one's median run: on the emulated link one
-run of a mode scatters by 10-15% from the next, more than the differences measured.
+the blocking hook first, ...), and reports each one's median run: on the emulated link runs
+of one mode scatter by up to 15%, more than the differences measured.
 
 MODEL_FLAGS: examples/torch_distributed.py's model and data flags (--width, --layers,
 --heads, --context, --batch, --steps, --lr). Every rank computes on one thread, so a step's
