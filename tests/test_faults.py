@@ -26,9 +26,11 @@ SLACK = 10.0  # a survivor notices within the timeout and this; start-up is not 
 OPTIMIZERS = ["zero1", "acco", "amsp", "diloco", "diloco-overlap"]
 VICTIM = 1
 # Jobs run at once. A job spends most of its time waiting out the timeout, its waits asleep
-# (cpp/coll/deadline.h), so two share the 2 cores of CI without a survivor noticing later:
-# 28 jobs in about three quarters of the time (183 s against 240 s here).
-PARALLEL = 2
+# (cpp/coll/deadline.h), so several share the 2 cores of CI without a survivor noticing later
+# (the survivors still waited 3.0 s, or 6.0 s where a step waits twice). The module on 2
+# cores, MPICH: 240 s one at a time, 161 s two, 121-130 s four; Open MPI 134-136 s with four,
+# as with two (its launcher's start-up is the cost there).
+PARALLEL = 4
 
 
 def run_job(n, case, kind, reports):
