@@ -68,8 +68,13 @@ def _run_job_once(n, case, kind, reports):
         time.sleep(0.5)  # a report from the victim, which should never come, would be written by now
     finally:
         _end(job)
-        output = job.communicate()[0] + f"\n[job: exit status {job.returncode} after {time.monotonic() - start:.1f} s]"
+        output = job.communicate()[0] + _ended(job, start)
     return [json.loads(p.read_text()) for p in sorted(reports.glob("rank*.json"))], output
+
+
+def _ended(job, start):
+    """The line a job's output ends with: how it ended, and when (start: time.monotonic())."""
+    return f"\n[job: exit status {job.returncode} after {time.monotonic() - start:.1f} s]\n"
 
 
 def _survivors(reports):
@@ -184,8 +189,7 @@ def _stall_then_finalize_once(how, log):
     finally:
         _end(job)
         job.wait()
-    return job.returncode, log.read_text() + f"\n[job: exit status {job.returncode} after " \
-        f"{time.monotonic() - start:.1f} s]\n{left}"
+    return job.returncode, log.read_text() + _ended(job, start) + left
 
 
 @pytest.fixture(scope="module")
