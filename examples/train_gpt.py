@@ -401,8 +401,8 @@ def main(argv=None):
         # Of mpicomp's own messages, what crossed between nodes: with nodes of several ranks the
         # total counts the traffic inside a node too (two levels send more, but less between nodes).
         log["inter_bytes_per_step"] = sum(s["inter_bytes"] for s in steps) / args.steps
-        nodes = sum(s["intra_bytes"] for s in steps) and log["inter_bytes_per_step"]
-        between = f"; {log['inter_bytes_per_step'] / 1e6:.3f} MB of it between nodes" if nodes else ""
+        on_nodes = log["inter_bytes_per_step"] and any(s["intra_bytes"] for s in steps)
+        between = f"; {log['inter_bytes_per_step'] / 1e6:.3f} MB of it between nodes" if on_nodes else ""
         # The median of the steps after the first (warm-up) ones: robust to a stray slow step.
         later = steps[min(5, args.steps - 1):]
         log["seconds_per_step"] = statistics.median(s["seconds"] for s in later)
