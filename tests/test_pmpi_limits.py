@@ -4,16 +4,18 @@ error handler after MPICOMP_TIMEOUT seconds; error feedback's residuals stay wit
 MPICOMP_RESIDUAL_BYTES however many buffers a program reduces."""
 import sys
 
+import pytest
 from test_pmpi import mpiexec
 
 TIMEOUT_PROGRAM = r"""
 import os
+import sys
 import time
 import numpy as np
 from mpi4py import MPI
 c = MPI.COMM_WORLD.Dup()
 c.Set_errhandler(MPI.ERRORS_RETURN)
-x = np.ones(1 << 18, np.float32)
+x = np.ones(int(sys.argv[1]), np.float32)
 y = np.empty_like(x)
 c.Allreduce(x, y)  # the first call makes the private duplicate (MPI's blocking Comm_dup)
 if c.rank != c.size - 1:
@@ -30,8 +32,11 @@ os.write(1, f"FRESH {y[0]}\n".encode())  # one write: lines of ranks do not mix
 """
 
 
-def test_a_rank_that_never_calls_gets_the_others_an_error():
-    r = mpiexec(3, sys.executable, "-c", TIMEOUT_PROGRAM, timeout=120, MPICOMP_CODEC="int8", MPICOMP_TIMEOUT="1.5")
+# Compressed, and codec bound's small sums, which ride the agreement (MPICOMP_EAGER_BYTES).
+@pytest.mark.parametrize("codec,n", [("int8", 1 << 18), ("bound:rel=1e-3", 64)])
+def test_a_rank_that_never_calls_gets_the_others_an_error(codec, n):
+    r = mpiexec(3, sys.executable, "-c", TIMEOUT_PROGRAM, str(n), timeout=120, MPICOMP_CODEC=codec,
+                MPICOMP_TIMEOUT="1.5")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     results = [line.split()[1:] for line in r.stdout.splitlines() if line.startswith("RESULT")]
     assert len(results) == 2 and all(res[:2] == ["error", "True"] for res in results), r.stdout
