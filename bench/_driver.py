@@ -22,12 +22,14 @@ def parse(parser, argv=None):
     return parser.parse_args(argv[:cut]), argv[cut + 1:]
 
 
-def netem(rate, ranks_per_node=None):
+def netem(rate, ranks_per_node=None, burst=None):
     """bench/netem's options for a link of ``rate`` (None: no emulated link), shaping only the
-    links between nodes of ``ranks_per_node`` ranks when given."""
+    links between nodes of ``ranks_per_node`` ranks when given, with a token bucket of
+    ``burst`` bytes when given (else bench/netem's default)."""
     if not rate:
         return []
-    return ["--rate", rate, *(["--ranks-per-node", str(ranks_per_node)] if ranks_per_node else [])]
+    return ["--rate", rate, *(["--ranks-per-node", str(ranks_per_node)] if ranks_per_node else []),
+            *(["--burst", str(burst)] if burst else [])]
 
 
 def launch(np, program, what, link=(), expect=lambda code: code == 0, echo=True, last_line=False, timeout=None):

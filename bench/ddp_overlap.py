@@ -5,7 +5,7 @@ on its worker (overlap, the default) against the hook that allreduces inside its
 time per step and loss, each run after the other in one invocation. Writes
 bench/results/ddp-overlap-NAME.{json,md}.
 
-    bench/ddp_overlap.py NAME [--np 2] [--netem 1gbit] [--codec int8] [--bucket-mb 1] [--repeat 1]
+    bench/ddp_overlap.py NAME [--np 2] [--netem 1gbit [--burst 128K]] [--codec int8] [--bucket-mb 1] [--repeat 1]
                          -- MODEL_FLAGS...
 
 --repeat R runs the four modes R times, each time starting one further along (gloo first, then
@@ -90,7 +90,7 @@ def worker(argv):
 def run(a, mode, flags, tmp):
     log = Path(tmp) / f"{mode}.json"
     out = run_json(a.np, [sys.executable, __file__, "--run", mode, "--codec", a.codec, "--bucket-mb", a.bucket_mb,
-                          "--json", log, *flags], log, mode, link=netem(a.netem))
+                          "--json", log, *flags], log, mode, link=netem(a.netem, burst=a.burst))
     for i, key in enumerate(("ms_per_step", "forward_ms", "backward_ms")):
         out[key] = median_ms([s[i] for s in out["step_seconds"]])
     return out
@@ -103,6 +103,9 @@ def main():
     p.add_argument("name", help="results go to bench/results/ddp-overlap-NAME.{json,md}")
     p.add_argument("--np", type=int, default=2, help="ranks")
     p.add_argument("--netem", default=None, help="emulated link rate, e.g. 1gbit (needs root)")
+    p.add_argument("--burst", default=None, help="the emulated link's token bucket (bench/netem --burst), e.g. 128K: "
+                   "the default refills in the backward pass's pauses and then sends at loopback speed, which "
+                   "a real card does not, and which only the hook that pauses (blocking) gains from")
     p.add_argument("--codec", default="int8", help="the hook's and the backend's codec")
     p.add_argument("--bucket-mb", type=float, default=1.0, help="DDP's bucket_cap_mb: several buckets to overlap")
     p.add_argument("--repeat", type=int, default=1, help="runs of each mode, in rotated order; each mode's median "
@@ -119,7 +122,7 @@ def main():
                  vs_gloo=gloo / r["ms_per_step"], vs_blocking=blocking / r["ms_per_step"], final_loss=r["losses"][-1],
                  ms_runs=[x["ms_per_step"] for x in every[m]])
             for m, r in runs.items()]
-    summary = {"command": " ".join(sys.argv), "np": a.np, "netem": a.netem, "codec": a.codec,
+    summary = {"command": " ".join(sys.argv), "np": a.np, "netem": a.netem, "burst": a.burst, "codec": a.codec,
                "bucket_mb": a.bucket_mb, "flags": flags, "parameters": runs["gloo"]["parameters"], "runs": rows,
                "losses": {m: r["losses"] for m, r in runs.items()}}
     lines = [f"`{summary['command']}` ({summary['parameters']} parameters)", "",
