@@ -41,16 +41,18 @@ def osu_sizes(text):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("osu_dir")
+    p.add_argument("osu_dir", help="the folder holding osu_allreduce (OSU 7.x built with this venv's mpicc)")
     p.add_argument("--netem", default="", help='bench/netem options, e.g. "--rate 1gbit" (default: shared memory)')
-    p.add_argument("-n", type=int, default=2)
+    p.add_argument("-n", type=int, default=2, help="ranks")
     p.add_argument("-m", default="1K:64M", type=osu_sizes, metavar="MIN:MAX",
                    help="bytes, K/M/G suffixes accepted (passed to OSU in plain bytes, which is all it reads)")
-    p.add_argument("-i", type=int, default=10)
-    p.add_argument("-x", type=int, default=2)
-    p.add_argument("--codecs", default="plain,off,none,int8,int4,sign")
-    p.add_argument("--rounds", type=int, default=1)
-    p.add_argument("--json")
+    p.add_argument("-i", type=int, default=10, help="OSU's iterations per size (its -i)")
+    p.add_argument("-x", type=int, default=2, help="OSU's warm-up iterations per size (its -x)")
+    p.add_argument("--codecs", default="plain,off,none,int8,int4,sign",
+                   help="MPICOMP_CODEC values, one run each; plain: without the preload")
+    p.add_argument("--rounds", type=int, default=1, help="runs of every codec, interleaved; each size keeps "
+                   "its best latency")
+    p.add_argument("--json", help="also write the table as JSON to this path")
     a = p.parse_args()
     preload = subprocess.run([sys.executable, "-m", "mpicomp", "--preload"], capture_output=True, text=True,
                              check=True).stdout.strip()

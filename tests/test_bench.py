@@ -267,7 +267,10 @@ def _options_without_help(help_text):
 
 @pytest.mark.parametrize("cmd", [[sys.executable, "-m", "mpicomp.bench", c] for c in
                                  ("allreduce", "reduce_scatter", "allgather", "pt2pt", "plot", "summary", "codecs")]
-                         + [[sys.executable, str(BENCH / t)] for t in ("sweep", "netem", "demo")],
+                         + [[sys.executable, str(BENCH / t)] for t in ("sweep", "netem", "demo")]
+                         + [[sys.executable, str(BENCH / f"{t}.py")] for t in
+                            ("ddp_overlap", "torch_backend_compare", "amsp_partitions", "optim_compare",
+                             "diloco_leave_join", "osu_preload")],
                          ids=lambda c: c[-1].rsplit("/", 1)[-1])
 def test_every_option_has_help_text(cmd):
     r = subprocess.run([*cmd, "--help"], capture_output=True, text=True, timeout=60)
