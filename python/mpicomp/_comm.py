@@ -148,4 +148,3 @@ def set_timeout(comm, seconds):
     for c in (comm, *((ctx.comm, ctx.async_comm) if ctx else ())):
         if c is not None:
             _core.set_timeout(c, float(seconds))
-

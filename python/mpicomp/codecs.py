@@ -375,6 +375,7 @@ class BloscCodec(_LosslessCodec):
     decodes: a damaged frame raises CodecError."""
 
     name, id, host_only = "blosc", _IDS["blosc"], True
+
     def check_memory(self, on_device):
         if on_device:
             raise BackendError(f"codec {self.name!r} runs on host arrays only (Blosc2 has no GPU version); "
@@ -577,4 +578,3 @@ def _wheel_nvcomp():
         if os.path.isfile(path):
             return path
     return None
-

@@ -8,6 +8,7 @@ from . import inputs
 COLLECTIVE_PEERS = {"mpi": "the MPI library's own collective, through mpi4py", "gloo": "torch.distributed's gloo"}
 PT2PT_PEERS = {"mpi": "the MPI library's own Send/Recv, through mpi4py"}
 
+
 def size(text):
     """'4096', '64K', '16M', '1G' -> bytes: the syntax of every layer (MPICOMP_MIN_BYTES...)."""
     n = _core.parse_size(text.strip())

@@ -399,4 +399,3 @@ class DiLoCo:
         number of workers (new workers start their inner state fresh); returns its
         data_position."""
         return _diloco_checkpoint.load(self, path)
-

@@ -258,6 +258,7 @@ class ProcessGroupMpicomp(dist.ProcessGroup):
     def allgather(self, output_lists, inputs, opts=None):
         (outs,), (inp,) = output_lists, inputs
         flat = torch.empty(len(outs) * inp.numel(), dtype=inp.dtype)
+
         def scatter(_):
             for o, part in zip(outs, flat.chunk(len(outs))):
                 o.copy_(part.view_as(o))

@@ -26,10 +26,6 @@ __all__ = ["DDPHookState", "ddp_hook", "GradientReducer", "allreduce_gradients"]
 
 _KEY = ("dp", "gradients")  # the traffic key of what DDP hooks and allreduce_gradients send
 
-def _checked_codec(codec):
-    return mpicomp.codec(codec)
-
-
 
 def _average(flat, comm, codec, feedback, overlap=False):
     """Averages the contiguous tensor flat over comm in place: in GPU memory when mpicomp has
@@ -162,7 +158,7 @@ class DDPHookState:
     """
 
     def __init__(self, codec="none", comm=MPI.COMM_WORLD, error_feedback=True, overlap=True):
-        self.codec = _checked_codec(codec)
+        self.codec = mpicomp.codec(codec)
         self.comm = _comm.checked(comm, "ddp_hook", intra=True, hint="e.g. mesh.dp")
         for name, flag in (("error_feedback", error_feedback), ("overlap", overlap)):
             if not isinstance(flag, bool):
@@ -223,7 +219,7 @@ class GradientReducer:
 
     def __init__(self, params, comm=MPI.COMM_WORLD, codec="none", error_feedback=False, bucket_bytes=25 << 20):
         self.comm = _comm.checked(comm, "allreduce_gradients", intra=True, hint="e.g. mesh.dp")
-        self.codec = _checked_codec(codec)
+        self.codec = mpicomp.codec(codec)
         if not isinstance(error_feedback, bool):
             raise ArgumentError(f"allreduce_gradients: error_feedback must be a bool, got {error_feedback!r}")
         if isinstance(bucket_bytes, bool) or not isinstance(bucket_bytes, int) or bucket_bytes < 1:
@@ -266,7 +262,7 @@ def allreduce_gradients(model, comm=MPI.COMM_WORLD, codec="none", error_feedback
     """
     if not isinstance(model, torch.nn.Module):
         raise ArgumentError(f"allreduce_gradients: model must be a torch.nn.Module, got {type(model).__name__}")
-    key = (comm, _checked_codec(codec), error_feedback, bucket_bytes)
+    key = (comm, mpicomp.codec(codec), error_feedback, bucket_bytes)
     cached = _reducers.get(model)
     if cached is None or cached[0] != key:
         cached = _reducers[model] = (key, GradientReducer(model.parameters(), comm, codec, error_feedback,
