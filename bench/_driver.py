@@ -22,6 +22,26 @@ def parse(parser, argv=None):
     return parser.parse_args(argv[:cut]), argv[cut + 1:]
 
 
+# The byte-level GPT's flags (examples/train_gpt.py's Stage and batch) that the DiLoCo
+# benchmarks take, with their defaults: a model small enough for many runs on 2 cores.
+GPT_FLAGS = (("layers", int, 2, "transformer blocks"), ("width", int, 64, "model width"),
+             ("heads", int, 4, "attention heads"), ("context", int, 64, "bytes per sequence"),
+             ("batch", int, 8, "sequences per step per worker"),
+             ("lr", float, 3e-3, "AdamW learning rate (DDP's, and DiLoCo's inner one)"),
+             ("seed", int, 0, "seed of the initial weights and of the data order"))
+
+
+def add_gpt_flags(parser):
+    """Adds GPT_FLAGS to an argparse parser."""
+    for name, kind, default, text in GPT_FLAGS:
+        parser.add_argument(f"--{name}", type=kind, default=default, help=text)
+
+
+def gpt_flags(args):
+    """GPT_FLAGS as parsed into args, as command-line arguments again (for a job's program)."""
+    return [x for name, *_ in GPT_FLAGS for x in (f"--{name}", getattr(args, name))]
+
+
 def netem(rate, ranks_per_node=None, burst=None):
     """bench/netem's options for a link of ``rate`` (None: no emulated link), shaping only the
     links between nodes of ``ranks_per_node`` ranks when given, with a token bucket of

@@ -38,6 +38,7 @@ from mpicomp.optim import DiLoCo
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 from train_gpt import Stage, batch, cross_entropy, load_corpus  # noqa: E402
+from _driver import add_gpt_flags  # noqa: E402
 
 WORLD = MPI.COMM_WORLD
 # name: (H, outer codec, fragments, overlap); None: DDP
@@ -142,16 +143,10 @@ def main(argv=None):
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--pretrain", type=int, default=500, help="shared data-parallel steps before the runs")
     p.add_argument("--steps", type=int, default=2000, help="steps of each run")
-    p.add_argument("--layers", type=int, default=2, help="transformer blocks")
-    p.add_argument("--width", type=int, default=64, help="model width")
-    p.add_argument("--heads", type=int, default=4, help="attention heads")
-    p.add_argument("--context", type=int, default=64, help="bytes per sequence")
-    p.add_argument("--batch", type=int, default=8, help="sequences per step per worker")
-    p.add_argument("--lr", type=float, default=3e-3, help="AdamW learning rate (DDP's and the inner one)")
+    add_gpt_flags(p)
     p.add_argument("--outer-lr", type=float, default=0.7, help="DiLoCo's outer Nesterov learning rate")
     p.add_argument("--eval", type=int, default=512, help="held-out sequences")
     p.add_argument("--corpus-bytes", type=int, default=4_000_000, help="training bytes (held-out: the next 200,000)")
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--runs", default=",".join(RUNS), help="comma-separated, of: " + ",".join(RUNS))
     p.add_argument("--out", default=None, help="directory for diloco-gpt-<run>.json and the plot (rank 0)")
     p.add_argument("--plot-only", action="store_true", help="only plot the runs' JSON files already in --out")

@@ -19,7 +19,7 @@ import signal
 import sys
 import tempfile
 
-from _driver import ROOT, launch, write
+from _driver import ROOT, add_gpt_flags, gpt_flags, launch, write
 
 
 def phase(args):
@@ -63,13 +63,7 @@ def main():
     p.add_argument("--sync-every", type=int, default=50, help="DiLoCo's H: inner steps between outer syncs")
     p.add_argument("--kill-at", type=int, default=260, help="step at which the last of 4 workers is killed")
     p.add_argument("--rejoin-at", type=int, default=420, help="step at which 3 workers stop and 4 resume")
-    p.add_argument("--batch", type=int, default=8, help="sequences per worker and step")
-    p.add_argument("--context", type=int, default=64, help="bytes per sequence")
-    p.add_argument("--layers", type=int, default=2, help="the byte transformer's layers")
-    p.add_argument("--width", type=int, default=64, help="its model width")
-    p.add_argument("--heads", type=int, default=4, help="its attention heads")
-    p.add_argument("--lr", type=float, default=3e-3, help="the inner optimizer's learning rate")
-    p.add_argument("--seed", type=int, default=0, help="seed of the model's initial weights and the data")
+    add_gpt_flags(p)
     p.add_argument("--phase", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--stop", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--checkpoint", default=None, help=argparse.SUPPRESS)
@@ -83,9 +77,7 @@ def main():
         for n, stop, kill in runs:
             what = f"{n} workers until step {stop}{f', one killed at {kill}' if kill >= 0 else ''}"
             r = launch(n, [sys.executable, __file__, "--phase", "--stop", stop, "--kill-at", kill, "--checkpoint", ckpt,
-                           "--log", log, "--sync-every", args.sync_every, "--batch", args.batch, "--context",
-                           args.context, "--layers", args.layers, "--width", args.width, "--heads", args.heads,
-                           "--lr", args.lr, "--seed", args.seed], what,
+                           "--log", log, "--sync-every", args.sync_every, *gpt_flags(args)], what,
                        expect=lambda code: (code == 0) == (kill < 0), echo=False)
             print(f"# {what}: exit code {r.returncode}", flush=True)
         rows = [json.loads(line) for line in open(log)]
