@@ -8,6 +8,8 @@ staged them through pinned host buffers is recorded as `transport`.
 
 Latency: a barrier, ITER calls, time per call averaged over ranks (OSU's method); the best of
 --rounds rounds, implementations interleaved. --device cpu runs the same on host tensors.
+Ranks sharing one GPU: start MPS first (`nvidia-cuda-mps-control -d`), or they take turns on
+it and every synchronisation waits for the others' time slices (docs/gpu.md).
 """
 import argparse
 import time
@@ -17,7 +19,7 @@ from mpi4py import MPI
 
 import mpicomp
 from mpicomp import _core
-from mpicomp.bench.options import size_range
+from mpicomp.bench.options import size, size_range
 from mpicomp.bench.report import write_json
 
 LOSSY = ["none", "fp16", "bf16", "int8", "int4", "sign"]
@@ -41,16 +43,21 @@ def main():
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--step", type=int, default=2, help="keep every STEP-th power of two of the size range")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    p.add_argument("--gpu-segment-bytes", type=size, help="mpicomp.config.gpu_segment_bytes for the run (a size, "
+                   "e.g. 8M; default: the library's): longer segments, fewer kernel launches and synchronisations")
     p.add_argument("--json")
     a = p.parse_args()
     comm = MPI.COMM_WORLD
+    if a.gpu_segment_bytes:
+        mpicomp.config.gpu_segment_bytes = a.gpu_segment_bytes
     codecs = a.codec.split(",") if a.codec else LOSSY + [n for n in mpicomp.available_codecs() if n.startswith("nvcomp-")]
     cuda = a.device == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     where = torch.cuda.get_device_name() if cuda else "cpu"
     transport = ("cuda-aware" if _core.mpi_cuda_aware() else "staged") if cuda else "host"
     if comm.rank == 0:
-        print(f"# {where}, {comm.size} ranks, mpicomp wire bytes {transport}; latency in ms, speed-up = MPI / mpicomp")
+        print(f"# {where}, {comm.size} ranks, mpicomp wire bytes {transport}, gpu_segment_bytes "
+              f"{mpicomp.config.gpu_segment_bytes}; latency in ms, speed-up = MPI / mpicomp")
         print(f"# {'bytes':>11} {'MPI staged':>11} " + " ".join(f"{c:>15}" for c in codecs))
     records = []
     for nbytes in a.sizes[::a.step]:
@@ -78,7 +85,8 @@ def main():
             records.append(dict(device=where, np=comm.size, size=nbytes, impl="mpi" if name == "mpi-staged" else "mpicomp",
                                 codec="none" if name == "mpi-staged" else name, transport="staged" if
                                 name == "mpi-staged" else transport, latency_ms=t * 1e3,
-                                speedup=best["mpi-staged"] / t, iterations=iters))
+                                speedup=best["mpi-staged"] / t, iterations=iters,
+                                gpu_segment_bytes=mpicomp.config.gpu_segment_bytes))
         if comm.rank == 0:
             print(f"  {nbytes:11d} {best['mpi-staged'] * 1e3:11.3f} " + " ".join(
                 f"{best[c] * 1e3:8.3f} {best['mpi-staged'] / best[c]:5.2f}x" for c in codecs), flush=True)

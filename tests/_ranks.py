@@ -38,8 +38,8 @@ def _same_config():
     """Tests that change mpicomp.config get it back as it was."""
     import mpicomp
 
-    fields = ("min_bytes", "eager_bytes", "segment_bytes", "skip_local", "verbose", "hierarchy", "ranks_per_node",
-              "auto_reprobe_s")
+    fields = ("min_bytes", "eager_bytes", "segment_bytes", "gpu_segment_bytes", "skip_local", "verbose", "hierarchy",
+              "ranks_per_node", "auto_reprobe_s")
     saved = [getattr(mpicomp.config, f) for f in fields]
     yield
     for f, v in zip(fields, saved):

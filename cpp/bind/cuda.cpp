@@ -93,7 +93,9 @@ void mpicomp::bind_cuda(py::module_& m) {
     py::gil_scoped_release nogil;
     if (is_lossless(CodecId(codec)))
       throw Error(ErrorKind::argument, "cuda_decode_accumulate: lossless frames decode with cuda_decode");
-    cuda::decode_accumulate(Spec{CodecId(codec), block}, DType(dtype), reinterpret_cast<const uint8_t*>(in), n,
-                            DType::f32, reinterpret_cast<float*>(acc), reinterpret_cast<void*>(stream));
-  });
+    // The host binding's sum dtype (acc_dtype), so that both sum float64 through none alike.
+    const Spec s{CodecId(codec), block};
+    cuda::decode_accumulate(s, DType(dtype), reinterpret_cast<const uint8_t*>(in), n, acc_dtype(s.id, DType(dtype)),
+                            reinterpret_cast<void*>(acc), reinterpret_cast<void*>(stream));
+  }, "acc += decoded, in acc_dtype (as decode_accumulate)");
 }

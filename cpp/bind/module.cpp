@@ -342,13 +342,14 @@ PYBIND11_MODULE(_core, m) {
   m.def("get_config", [] {
     Config c = config();
     return py::make_tuple(c.min_bytes, c.eager_bytes, c.segment_bytes, size_t(c.skip_local), size_t(c.verbose),
-                          c.timeout_s, c.cache_bytes, size_t(c.hierarchy), c.ranks_per_node, c.auto_reprobe_s);
+                          c.timeout_s, c.cache_bytes, size_t(c.hierarchy), c.ranks_per_node, c.auto_reprobe_s,
+                          c.gpu_segment_bytes);
   });
   m.def("set_config", [](size_t min_bytes, size_t eager_bytes, size_t segment_bytes, size_t skip_local,
                          size_t verbose, double timeout_s, size_t cache_bytes, size_t hierarchy, size_t ranks_per_node,
-                         double auto_reprobe_s) {
+                         double auto_reprobe_s, size_t gpu_segment_bytes) {
     set_config(Config{min_bytes, eager_bytes, segment_bytes, skip_local != 0, verbose != 0, timeout_s, cache_bytes,
-                      Hierarchy(hierarchy), ranks_per_node, auto_reprobe_s});
+                      Hierarchy(hierarchy), ranks_per_node, auto_reprobe_s, gpu_segment_bytes});
   });
   // A communicator's nodes (topology.h): collective on its first use, as any mpicomp call.
   m.def("node_layout", [](py::handle comm) {

@@ -75,6 +75,8 @@ Signature signature(Coll coll, const CollArgs& a, const CommInfo& ci, const Conf
   // (A reduction codec bound skips may run compressed still, where MPI's sums would miss its
   // bound: budget.h.)
   s.segment = s.wire == CodecId::none && s.codec != CodecId::bound ? 0 : cfg.segment_bytes;
+  s.gpu_segment = s.segment ? cfg.gpu_segment_bytes : 0;
+  s.device = a.engine != nullptr;
   s.flat = cfg.hierarchy == Hierarchy::flat;
   return s;
 }
@@ -143,18 +145,28 @@ const void* kept(const CollArgs& a, int size, const void* x, const void* y, size
 // collective) is in host memory on every rank: a rank with GPU buffers copies them there and
 // takes the host's path, so that ranks with GPU and with host buffers meet in the same
 // messages, and a small GPU collective costs two copies rather than a pipeline of launches.
-void via_host(Coll coll, MPI_Comm comm, const void* x, size_t x_bytes, void* y, size_t y_bytes, const CollArgs& a) {
+// The engine's staging memory (pinned, for a GPU) is kept for calls within cache_bytes;
+// larger ones take the thread's scratch, freed after the call as all scratch beyond it is.
+void via_host(Coll coll, MPI_Comm comm, const void* x, size_t x_bytes, void* y, size_t y_bytes, const CollArgs& a,
+              const Config& cfg) {
   thread_local Scratch sx, sy;
-  char* hx = sx.get(x_bytes);
-  char* hy = sy.get(y_bytes);
-  a.engine->copy(hx, x, x_bytes, true);
+  Engine& e = *a.engine;
+  const bool kept = x_bytes + y_bytes <= cfg.cache_bytes && e.staging(0, x_bytes);
+  char* hx = static_cast<char*>(kept ? e.staging(0, x_bytes) : sx.get(x_bytes));
+  char* hy = static_cast<char*>(kept ? e.staging(1, y_bytes) : sy.get(y_bytes));
+  e.copy(hx, x, x_bytes, true);
   CollArgs h = a;
   h.engine = nullptr;
-  {
+  try {
     Inside inner(t_inner);
     collective(coll, comm, hx, hy, h);
+  } catch (const Error& err) {
+    // A timeout leaves MPI's requests to complete into the buffers (deadline.h abandons the
+    // scratch likewise)
+    if (kept && err.kind == ErrorKind::timeout) e.abandon_staging();
+    throw;
   }
-  a.engine->copy(y, hy, y_bytes, false);
+  e.copy(y, hy, y_bytes, false);
 }
 
 // Sums n elements of x (dtype t) over all ranks inside the agreement (sig.eager), and stores
@@ -180,13 +192,16 @@ void eager_sum(MPI_Comm comm, const Signature& sig, Engine& e, Payload::Kind kin
 }
 
 // The cut of a call's buffers; `blocks`: the output holds that many times count elements.
+// Where any rank's buffers are on a GPU (agreed), the segments are gpu_segment_bytes long on
+// every rank: each costs the GPU engine kernel launches and a stream synchronisation.
 Tiling tiling(const Signature& sig, const CollArgs& a, const Config& cfg, int blocks = 1) {
   Spec wire{sig.wire, a.spec.block};
+  const size_t seg = sig.device && sig.gpu_segment ? sig.gpu_segment : cfg.segment_bytes;
   return Tiling{wire,
                 a.dtype,
                 acc_dtype(wire.id, a.dtype),
-                segment_elems(wire, a.dtype, cfg.segment_bytes),
-                segment_elems(Spec{}, a.dtype, cfg.segment_bytes),
+                segment_elems(wire, a.dtype, seg),
+                segment_elems(Spec{}, a.dtype, seg),
                 is_blockwise(wire.id) ? wire.block : kLanes,
                 a.count * dtype_size(a.dtype) * size_t(blocks) >= kStreamBytes};
 }
@@ -270,7 +285,7 @@ void allreduce_call(MPI_Comm comm, const void* x, void* y, const CollArgs& a, st
   MPI_Datatype mt = mpi_type(a.dtype);
   sig.eager = rides_agreement(sig, cfg, bytes <= cfg.eager_bytes, ci.size == 2 && mt != MPI_DATATYPE_NULL);
   if (a.engine && sig.wire == CodecId::none && (sig.eager || mt != MPI_DATATYPE_NULL))
-    return via_host(Coll::allreduce, comm, x, bytes, y, bytes, a);
+    return via_host(Coll::allreduce, comm, x, bytes, y, bytes, a, cfg);
   rec.algo = sig.eager ? Algo::eager : Algo::mpi;
   double top = 0;
   double* most = largest_input(a, sig, x, a.count, top);
@@ -328,7 +343,8 @@ void reduce_scatter_call(MPI_Comm comm, const void* x, void* y, const CollArgs& 
   sig.eager = rides_agreement(sig, cfg, total * dtype_size(a.dtype) <= cfg.eager_bytes,
                               ci.size == 2 && mt != MPI_DATATYPE_NULL);
   if (a.engine && sig.wire == CodecId::none && (sig.eager || mt != MPI_DATATYPE_NULL))
-    return via_host(Coll::reduce_scatter, comm, x, total * dtype_size(a.dtype), y, a.count * dtype_size(a.dtype), a);
+    return via_host(Coll::reduce_scatter, comm, x, total * dtype_size(a.dtype), y, a.count * dtype_size(a.dtype), a,
+                    cfg);
   rec.algo = sig.eager ? Algo::eager : Algo::mpi;
   double top = 0;
   double* most = largest_input(a, sig, x, total, top);
@@ -383,7 +399,8 @@ void allgather_call(MPI_Comm comm, const void* x, void* y, const CollArgs& a, st
   // and on two ranks at any size (there it is MPI's own exchange). Bytes, whatever the dtype.
   const size_t block = a.count * dtype_size(a.dtype);
   sig.eager = rides_agreement(sig, cfg, block * ci.size <= cfg.eager_bytes, ci.size == 2);
-  if (a.engine && sig.wire == CodecId::none) return via_host(Coll::allgather, comm, x, block, y, block * ci.size, a);
+  if (a.engine && sig.wire == CodecId::none)
+    return via_host(Coll::allgather, comm, x, block, y, block * ci.size, a, cfg);
   rec.algo = sig.eager ? Algo::eager : Algo::mpi;
   if (sig.eager) return eager_collective(comm, sig, Payload{Payload::gather, x, y, block});
   double top = 0;

@@ -50,6 +50,10 @@ struct Config {
   // measured, at most this often (seconds); 0: never again (adaptive.h). Agreed (the
   // longest of the ranks').
   double auto_reprobe_s = 60;
+  // segment_bytes for a call where any rank's buffers are on a GPU (agreed, like
+  // segment_bytes): each segment costs the GPU engine kernel launches and a stream
+  // synchronisation, so its segments are longer (docs/gpu.md). Shapes the wire.
+  size_t gpu_segment_bytes = size_t(32) << 20;
 };
 
 Config config();

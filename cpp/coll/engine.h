@@ -34,6 +34,11 @@ struct Engine {
   // Host (or, for CUDA-aware MPI, device) memory for wire bytes, which MPI may write from the
   // moment this returns: no earlier work of the engine still reads it.
   virtual uint8_t* wire(int slot, size_t bytes) = 0;
+  // Host memory that a whole buffer of engine memory is staged through (slot 0: input, 1:
+  // output) for the host's path, kept between calls; null: the caller's own scratch.
+  virtual void* staging(int /*slot*/, size_t /*bytes*/) { return nullptr; }
+  // After a failed call MPI may still write into the staging memory: let it go, unfreed.
+  virtual void abandon_staging() {}
   // Copies bytes from engine memory to host memory (to_host) or back; done when it returns.
   virtual void copy(void* dst, const void* src, size_t bytes, bool to_host) { std::memcpy(dst, src, bytes); }
   // The collective is over: results are in place when this returns.

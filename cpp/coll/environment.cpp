@@ -19,7 +19,8 @@ constexpr std::string_view kKnown[] = {
     "MPICOMP_CODEC", "MPICOMP_ALLREDUCE_CODEC", "MPICOMP_REDUCE_SCATTER_CODEC", "MPICOMP_ALLGATHER_CODEC",
     "MPICOMP_DTYPES", "MPICOMP_ERROR_FEEDBACK", "MPICOMP_RESIDUAL_BYTES",
     // mpicomp.config (and the interposer's counterparts)
-    "MPICOMP_MIN_BYTES", "MPICOMP_EAGER_BYTES", "MPICOMP_SEGMENT_BYTES", "MPICOMP_CACHE_BYTES",
+    "MPICOMP_MIN_BYTES", "MPICOMP_EAGER_BYTES", "MPICOMP_SEGMENT_BYTES", "MPICOMP_GPU_SEGMENT_BYTES",
+    "MPICOMP_CACHE_BYTES",
     "MPICOMP_CODEC_THREADS", "MPICOMP_RANKS_PER_NODE", "MPICOMP_HIERARCHY", "MPICOMP_TIMEOUT", "MPICOMP_AUTO_REPROBE",
     "MPICOMP_SKIP_LOCAL",
     "MPICOMP_VERBOSE", "MPICOMP_STATS",
@@ -70,6 +71,7 @@ const std::vector<SettingRule>& setting_rules() {
       {"min_bytes", "MPICOMP_MIN_BYTES", K::bytes, 0, 0x1p62},
       {"eager_bytes", "MPICOMP_EAGER_BYTES", K::bytes, 0, 0x1p30},
       {"segment_bytes", "MPICOMP_SEGMENT_BYTES", K::bytes, 1024, 0x1p31},  // 0 would divide by zero
+      {"gpu_segment_bytes", "MPICOMP_GPU_SEGMENT_BYTES", K::bytes, 1024, 0x1p31},
       {"cache_bytes", "MPICOMP_CACHE_BYTES", K::bytes, 0, 0x1p62},
       {"residual_bytes", "MPICOMP_RESIDUAL_BYTES", K::bytes, 0, 0x1p62},
       {"codec_threads", "MPICOMP_CODEC_THREADS", K::count, 0, 1024},

@@ -90,6 +90,7 @@ struct Exchange {
   void note(const Header& other) {
     mine.flags |= other.flags;
     mine.most = std::max(mine.most, other.most);
+    mine.sig.device |= other.sig.device;
     if (agreed() && !(other.sig == mine.sig)) {
       mine.flags |= kDisagree;
       mine.witness[0] = mine.sig;  mine.witness_rank[0] = mine.rank;
@@ -240,7 +241,9 @@ std::string describe(const Signature& s) {
                   " with codec " + (s.adaptive ? "auto:" : "") + codec_name(s.codec);
   if (is_blockwise(s.codec)) d += " (block " + std::to_string(s.block) + ")";
   if (s.wire != s.codec) d += " sent as " + std::string(codec_name(s.wire));
-  if (s.segment) d += " in segments of " + std::to_string(s.segment) + " bytes";
+  if (s.segment)
+    d += " in segments of " + std::to_string(s.segment) + " bytes (" + std::to_string(s.gpu_segment) +
+         " with GPU buffers)";
   if (s.coll == Coll::allreduce || s.coll == Coll::reduce_scatter) d += s.avg ? ", op avg" : ", op sum";
   if (s.flat) d += ", hierarchy flat";
   return d;
@@ -248,7 +251,8 @@ std::string describe(const Signature& s) {
 
 namespace {
 
-void exchange(MPI_Comm comm, const Signature& mine, const Payload& data, double* most) {
+// Returns whether any rank's buffers are on a GPU (Signature::device).
+bool exchange(MPI_Comm comm, const Signature& mine, const Payload& data, double* most) {
   CommInfo ci(comm);
   Exchange ex;
   std::memset(&ex.mine, 0, sizeof(Header));
@@ -285,11 +289,12 @@ void exchange(MPI_Comm comm, const Signature& mine, const Payload& data, double*
     throw Error(ErrorKind::shape_mismatch, msg);
   }
   if (most) *most = ex.mine.most;
+  return ex.mine.sig.device;
 }
 
 }  // namespace
 
-void agree(MPI_Comm comm, const Signature& mine, double* most) { exchange(comm, mine, Payload{}, most); }
+void agree(MPI_Comm comm, Signature& mine, double* most) { mine.device = exchange(comm, mine, Payload{}, most); }
 
 void eager_collective(MPI_Comm comm, const Signature& mine, const Payload& data, double* most) {
   exchange(comm, mine, data, most);

@@ -18,6 +18,7 @@ namespace mpicomp {
 struct Signature {
   uint64_t count = 0;   // elements of the input on this rank
   uint64_t segment = 0; // Config::segment_bytes when compressed: the pipeline's message sizes follow from it
+  uint64_t gpu_segment = 0; // Config::gpu_segment_bytes when compressed: the segment where `device`
   uint32_t block = 0;
   Coll coll = Coll::allreduce;
   CodecId codec = CodecId::none;  // as requested
@@ -28,9 +29,13 @@ struct Signature {
   uint8_t invalid = 0;  // this rank rejected its own arguments
   uint8_t flat = 0;     // Config::hierarchy is flat (topology.h: the layout itself is agreed when it is made)
   uint8_t adaptive = 0; // codec "auto", `codec` where it pays (adaptive.h)
+  // This rank's buffers are on a GPU. Not compared: agree() folds it over the ranks, so that
+  // a call where any rank has GPU buffers takes gpu_segment on every rank (ranks with GPU and
+  // with host buffers meet in one call).
+  uint8_t device = 0;
   bool operator==(const Signature& o) const {
-    return count == o.count && segment == o.segment && block == o.block && coll == o.coll && codec == o.codec &&
-           wire == o.wire && dtype == o.dtype && avg == o.avg && eager == o.eager && flat == o.flat &&
+    return count == o.count && segment == o.segment && gpu_segment == o.gpu_segment && block == o.block &&
+           coll == o.coll && codec == o.codec && wire == o.wire && dtype == o.dtype && avg == o.avg && eager == o.eager && flat == o.flat &&
            adaptive == o.adaptive && !invalid && !o.invalid;
   }
 };
@@ -56,8 +61,9 @@ struct Payload {
 // Exchanges `mine` with all ranks of comm. Throws ShapeMismatchError on every rank when any
 // two disagree; every message is matched either way. `most`, where given, is this rank's
 // value of a number the ranks need the largest of, and returns that largest (codec bound's
-// largest input: one round trip fewer than a reduction of its own).
-void agree(MPI_Comm comm, const Signature& mine, double* most = nullptr);
+// largest input: one round trip fewer than a reduction of its own). mine.device returns
+// whether any rank's buffers are on a GPU.
+void agree(MPI_Comm comm, Signature& mine, double* most = nullptr);
 // An uncompressed collective whose data moves in agree()'s messages (sums in the
 // accumulation type of mine.dtype: float32 for 16-bit floats); complete when it returns, and
 // it throws as agree() does, the data then unused.

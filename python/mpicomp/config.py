@@ -5,84 +5,93 @@ time; all ranks must use the same values, or their calls disagree and raise
 ShapeMismatchError (never a hang). Every call that travels uncompressed is counted with its
 reason in ``mpicomp.stats()`` (and printed at exit with ``MPICOMP_STATS=1``).
 
-=================  ==========================  ============================================
-attribute          environment variable        meaning
-=================  ==========================  ============================================
-``min_bytes``      ``MPICOMP_MIN_BYTES``       messages with fewer input bytes are sent
-                                               uncompressed (latency bound: encoding only
-                                               adds time). Default 65536: from there every
-                                               codec beat ``none`` on a 10 Gbit/s link
-                                               (1 Gbit/s: from 4 KiB; README, "Measured").
-                                               Codec bound's sums only where MPI's own
-                                               sums keep its bound (docs/error_bound.md).
-``eager_bytes``    ``MPICOMP_EAGER_BYTES``     uncompressed allreduces (reduce-scatter
-                                               inputs, allgather outputs) up to this size
-                                               travel with the agreement step itself (one
-                                               round of latency); on two ranks all of
-                                               them do, whatever the size. Default
-                                               32768. 0 turns it off. Also send/recv's
-                                               one-message limit.
-``segment_bytes``  ``MPICOMP_SEGMENT_BYTES``   input bytes per pipelined message: encoding
-                                               of one segment overlaps sending the previous.
-                                               Codecs compressing more than 8x (sign) take
-                                               longer segments, to put segment_bytes / 8 on
-                                               the wire per message. An allreduce goes a
-                                               tile of one segment per rank at a time, so
-                                               that its float32 sums stay in cache, the
-                                               next tile's first stage in flight beside
-                                               this tile's second. Default 512 KiB.
-``skip_local``     ``MPICOMP_SKIP_LOCAL``      1: send uncompressed when all ranks of the
-                                               communicator share one node's memory, where
-                                               MPI's shared-memory copies beat any codec
-                                               (README, "Measured"; send/recv still
-                                               compress). Default 0: the codec you name is
-                                               the codec applied, on one node as on many.
-``verbose``        ``MPICOMP_VERBOSE``         1: rank 0 prints one line the first time a
-                                               collective travels uncompressed for a reason
-                                               other than codec "none" (below min_bytes,
-                                               one rank, skip_local). Default 0.
-``timeout_s``      ``MPICOMP_TIMEOUT``         seconds a call may wait for the other ranks
-                                               before it raises CommTimeoutError on every
-                                               rank that waits (a rank that never arrives
-                                               does not hang the others). Default 1800,
-                                               torch's process-group default (the
-                                               interposer: 0, no limit, as MPI); one
-                                               communicator's own: mpicomp.set_timeout.
-                                               0: no limit. A wait not done within 0.1 ms
-                                               sleeps between its polls. Not covered: a
-                                               communicator's first mpicomp call, which
-                                               makes its private duplicate and node layout
-                                               with MPI's own (blocking) MPI_Comm_dup and
-                                               MPI_Comm_split.
-``cache_bytes``    ``MPICOMP_CACHE_BYTES``     scratch memory a thread keeps between calls;
-                                               beyond it, buffers are freed after each
-                                               call, largest first. Default 128 MiB.
-``hierarchy``      ``MPICOMP_HIERARCHY``       "auto": on a communicator spanning several
-                                               nodes with several ranks on some node,
-                                               allreduce runs in two levels: exact inside
-                                               each node, compressed between nodes, so each
-                                               byte crosses a node's network card once
-                                               (docs/cluster.md). "flat": every rank
-                                               exchanges with every other. Default "auto".
-``ranks_per_node`` ``MPICOMP_RANKS_PER_NODE``  0: nodes are the ranks that share memory
-                                               (MPI_Comm_split_type). K: ranks r of
-                                               COMM_WORLD with the same r // K form a node
-                                               (emulated nodes, block placement). A
-                                               communicator's layout is fixed at its first
-                                               mpicomp call. Default 0.
-``auto_reprobe_s`` ``MPICOMP_AUTO_REPROBE``    codec "auto" (mpicomp.auto) measures a
-                                               communicator again when its calls run 1.5x
-                                               slower (or faster) than it measured, at most
-                                               this often: seconds. 0: never. Default 60.
-``codec_threads``  ``MPICOMP_CODEC_THREADS``   threads that share one call's encoding and
-                                               decoding (every host codec; results
-                                               identical whatever the count). Set 0 for the default:
-                                               the cores this process may run on divided
-                                               by the ranks the launcher started on this
-                                               node (MPI_LOCALNRANKS, Open MPI's
-                                               OMPI_COMM_WORLD_LOCAL_SIZE). Reads back the
-                                               count in use. Does not shape the wire.
-=================  ==========================  ============================================
+=====================  ==============================  ============================================
+attribute              environment variable            meaning
+=====================  ==============================  ============================================
+``min_bytes``          ``MPICOMP_MIN_BYTES``           messages with fewer input bytes are sent
+                                                       uncompressed (latency bound: encoding only
+                                                       adds time). Default 65536: from there every
+                                                       codec beat ``none`` on a 10 Gbit/s link
+                                                       (1 Gbit/s: from 4 KiB; README, "Measured").
+                                                       Codec bound's sums only where MPI's own
+                                                       sums keep its bound (docs/error_bound.md).
+``eager_bytes``        ``MPICOMP_EAGER_BYTES``         uncompressed allreduces (reduce-scatter
+                                                       inputs, allgather outputs) up to this size
+                                                       travel with the agreement step itself (one
+                                                       round of latency); on two ranks all of
+                                                       them do, whatever the size. Default
+                                                       32768. 0 turns it off. Also send/recv's
+                                                       one-message limit.
+``segment_bytes``      ``MPICOMP_SEGMENT_BYTES``       input bytes per pipelined message: encoding
+                                                       of one segment overlaps sending the previous.
+                                                       Codecs compressing more than 8x (sign) take
+                                                       longer segments, to put segment_bytes / 8 on
+                                                       the wire per message. An allreduce goes a
+                                                       tile of one segment per rank at a time, so
+                                                       that its float32 sums stay in cache, the
+                                                       next tile's first stage in flight beside
+                                                       this tile's second. Default 512 KiB.
+``gpu_segment_bytes``  ``MPICOMP_GPU_SEGMENT_BYTES``  segment_bytes for a call where any rank's
+                                                       buffers are on a GPU: each segment costs the
+                                                       GPU engine kernel launches and a stream
+                                                       synchronisation (docs/gpu.md). Default
+                                                       32 MiB. Python API only (the interposer
+                                                       takes host buffers).
+``skip_local``         ``MPICOMP_SKIP_LOCAL``          1: send uncompressed when all ranks of the
+                                                       communicator share one node's memory, where
+                                                       MPI's shared-memory copies beat any codec
+                                                       (README, "Measured"; send/recv still
+                                                       compress). Default 0: the codec you name is
+                                                       the codec applied, on one node as on many.
+``verbose``            ``MPICOMP_VERBOSE``             1: rank 0 prints one line the first time a
+                                                       collective travels uncompressed for a reason
+                                                       other than codec "none" (below min_bytes,
+                                                       one rank, skip_local). Default 0.
+``timeout_s``          ``MPICOMP_TIMEOUT``             seconds a call may wait for the other ranks
+                                                       before it raises CommTimeoutError on every
+                                                       rank that waits (a rank that never arrives
+                                                       does not hang the others). Default 1800,
+                                                       torch's process-group default (the
+                                                       interposer: 0, no limit, as MPI); one
+                                                       communicator's own: mpicomp.set_timeout.
+                                                       0: no limit. A wait not done within 0.1 ms
+                                                       sleeps between its polls. Not covered: a
+                                                       communicator's first mpicomp call, which
+                                                       makes its private duplicate and node layout
+                                                       with MPI's own (blocking) MPI_Comm_dup and
+                                                       MPI_Comm_split.
+``cache_bytes``        ``MPICOMP_CACHE_BYTES``         scratch memory a thread keeps between calls;
+                                                       beyond it, buffers are freed after each
+                                                       call, largest first. Default 128 MiB.
+                                                       GPU buffers: uncompressed calls whose
+                                                       input and output fit it keep pinned host
+                                                       memory of that size as well.
+``hierarchy``          ``MPICOMP_HIERARCHY``           "auto": on a communicator spanning several
+                                                       nodes with several ranks on some node,
+                                                       allreduce runs in two levels: exact inside
+                                                       each node, compressed between nodes, so each
+                                                       byte crosses a node's network card once
+                                                       (docs/cluster.md). "flat": every rank
+                                                       exchanges with every other. Default "auto".
+``ranks_per_node``     ``MPICOMP_RANKS_PER_NODE``      0: nodes are the ranks that share memory
+                                                       (MPI_Comm_split_type). K: ranks r of
+                                                       COMM_WORLD with the same r // K form a node
+                                                       (emulated nodes, block placement). A
+                                                       communicator's layout is fixed at its first
+                                                       mpicomp call. Default 0.
+``auto_reprobe_s``     ``MPICOMP_AUTO_REPROBE``        codec "auto" (mpicomp.auto) measures a
+                                                       communicator again when its calls run 1.5x
+                                                       slower (or faster) than it measured, at most
+                                                       this often: seconds. 0: never. Default 60.
+``codec_threads``      ``MPICOMP_CODEC_THREADS``       threads that share one call's encoding and
+                                                       decoding (every host codec; results
+                                                       identical whatever the count). Set 0 for the default:
+                                                       the cores this process may run on divided
+                                                       by the ranks the launcher started on this
+                                                       node (MPI_LOCALNRANKS, Open MPI's
+                                                       OMPI_COMM_WORLD_LOCAL_SIZE). Reads back the
+                                                       count in use. Does not shape the wire.
+=====================  ==============================  ============================================
 
 ``mpicomp-config --preload`` (or ``python -m mpicomp --preload``) prints the path of
 the LD_PRELOAD interposer library, which reads its own ``MPICOMP_*`` variables (README).
@@ -100,7 +109,7 @@ __all__ = ["config"]
 
 # The core's Config fields, in get_config()'s order, and the codecs' own setting.
 _FIELDS = ("min_bytes", "eager_bytes", "segment_bytes", "skip_local", "verbose", "timeout_s", "cache_bytes",
-           "hierarchy", "ranks_per_node", "auto_reprobe_s")
+           "hierarchy", "ranks_per_node", "auto_reprobe_s", "gpu_segment_bytes")
 _SETTINGS = _FIELDS + ("codec_threads",)
 _HIERARCHY = ("auto", "flat")  # the core's Hierarchy values, in order
 # {setting: (variable, kind, lo, hi)}: the core's table (cpp/coll/environment.h), by which

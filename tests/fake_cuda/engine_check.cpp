@@ -120,6 +120,7 @@ int main(int argc, char** argv) {
   if (!why.empty()) return std::fprintf(stderr, "nvcomp_load: %s\n", why.c_str()), 2;
   const bool direct = std::string(argv[2]) == "direct";
   Config cfg{0, 0, 256 << 10, true};  // compress everything, several segments per part
+  cfg.gpu_segment_bytes = cfg.segment_bytes;  // the tiles shape lossy sums: the host's, to compare bytes
   if (argc == 4) {
     cfg.ranks_per_node = std::stoul(argv[3]);
     set_config(cfg);

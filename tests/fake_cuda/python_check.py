@@ -126,13 +126,18 @@ def collectives():
 def mixed():
     """Rank 0 with host arrays and the others with GPU arrays in one call (uncompressed small
     and large, compressed, lossless: nvcomp-lz4 writes lz4's frames) give the bytes of the
-    same call with host arrays everywhere."""
+    same call with host arrays everywhere, in the segments of GPU buffers: the ranks with host
+    arrays learn from the agreement that the others' are on a GPU."""
+    cfg = mpicomp.config
+    cfg.gpu_segment_bytes = 48 << 10
     for name, f, n_in, n_out in COLLECTIVES:
         for codec, dtype, n in (("none", np.float32, 100), ("none", np.float32, 70001), ("none", np.float16, 70001),
                                 ("int8", np.float32, 70001), ("fp16", np.float16, 1001), ("lz4", np.float32, 70001),
                                 ("lz4", np.float64, 70001)):
             x = data(n * n_in, dtype, n)
+            cfg.segment_bytes = cfg.gpu_segment_bytes
             want = f(x, codec=codec)
+            cfg.segment_bytes = 64 << 10
             if rank == 0:
                 got = f(x, codec=codec)
             else:
@@ -141,6 +146,7 @@ def mixed():
                 got = dy.get()
             expect(got.tobytes() == want.tobytes(), f"{name} codec {codec} {np.dtype(dtype).name} n {n}: rank 0 on "
                                                     f"the host, the others on the GPU")
+    cfg.gpu_segment_bytes = cfg.segment_bytes
 
 
 def codec_kernels():
@@ -174,6 +180,16 @@ def codec_kernels():
                 _core.cuda_decode_accumulate(c.id, c.block, ids[dtype], gpu.ptr, n, acc_gpu.ptr, 1)
                 _core.decode_accumulate(c.id, c.block, ids[dtype], cpu.ctypes.data, n, acc_cpu.ctypes.data)
                 expect(same_bits(acc_gpu.get(), acc_cpu), f"{what}: accumulated")
+    # Codec none: both sides sum in the core's acc_dtype, float64 for float64 input
+    for dtype, tid in (("float32", 0), ("float64", 3)):
+        x = np.random.default_rng(3).standard_normal(4097).astype(dtype)
+        acc_t = np.float64 if _core.acc_dtype(0, tid) == 3 else np.float32
+        expect(acc_t == (np.float64 if dtype == "float64" else np.float32), f"codec none {dtype}: acc_dtype")
+        dx, acc_gpu, acc_cpu = DeviceArray(x), DeviceArray(np.ones(x.size, acc_t)), np.ones(x.size, acc_t)
+        _core.cuda_decode_accumulate(0, 0, tid, dx.ptr, x.size, acc_gpu.ptr, 1)
+        _core.decode_accumulate(0, 0, tid, x.ctypes.data, x.size, acc_cpu.ctypes.data)
+        expect(same_bits(acc_gpu.get(), acc_cpu) and same_bits(acc_cpu, x.astype(acc_t) + 1),
+               f"codec none {dtype}: accumulated")
 
 
 def nonblocking_and_feedback():
@@ -247,7 +263,9 @@ def two_devices():
 
 def main():
     mpicomp.config.min_bytes = 0
-    mpicomp.config.segment_bytes = 64 << 10  # several segments per part
+    # Several segments per part; the tiles shape lossy sums, so GPU calls take the host's to
+    # give its bytes (mixed() sets them apart)
+    mpicomp.config.segment_bytes = mpicomp.config.gpu_segment_bytes = 64 << 10
     expect(_core.cuda_available() and mpicomp.codecs.nvcomp_loaded(), "the stand-in GPU and nvCOMP are usable")
     if sys.argv[1:] == ["two_devices"]:
         two_devices()

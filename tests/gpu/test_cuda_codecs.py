@@ -80,8 +80,10 @@ def test_gpu_encodes_the_cpu_bytes_and_decodes_them_alike(name, dtype, n):
     _core.decode(c.id, c.block, IDS[dtype], gpu_bytes_on_cpu.data_ptr(), n, 0.5, y_cpu.data_ptr())
     torch.cuda.synchronize()
     assert same(y_gpu, y_cpu)
-    acc_gpu = torch.ones(n, device="cuda")
-    acc_cpu = torch.ones(n)
+    # float64 through none sums in float64 (the core's acc_dtype), the rest in float32
+    acc = {v: k for k, v in IDS.items()}[_core.acc_dtype(c.id, IDS[dtype])]
+    acc_gpu = torch.ones(n, dtype=TORCH[acc], device="cuda")
+    acc_cpu = torch.ones(n, dtype=TORCH[acc])
     _core.cuda_decode_accumulate(c.id, c.block, IDS[dtype], gpu_bytes.data_ptr(), n, acc_gpu.data_ptr(), stream())
     _core.decode_accumulate(c.id, c.block, IDS[dtype], cpu_bytes.data_ptr(), n, acc_cpu.data_ptr())
     torch.cuda.synchronize()

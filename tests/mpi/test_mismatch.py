@@ -125,19 +125,22 @@ def test_disagreement_on_threshold():
     check_still_works(comm)
 
 
+@pytest.mark.parametrize("setting,said", [("segment_bytes", "segments of {} bytes"),
+                                          ("gpu_segment_bytes", "({} with GPU buffers)")])
 @pytest.mark.parametrize("coll", COLLS)
-def test_disagreement_on_segment_size(coll):
-    """Ranks whose segment_bytes differ (one rank's environment differs) would post messages
+def test_disagreement_on_segment_size(coll, setting, said):
+    """Ranks whose segment_bytes (or gpu_segment_bytes, which host buffers take where another
+    rank's are on a GPU) differ, as when one rank's environment differs, would post messages
     of other sizes: every rank raises ShapeMismatchError naming both, and the communicator
     works for the next call."""
     comm = comm_of("world")
     rank, size = comm.Get_rank(), comm.Get_size()
     x = np.ones(size * 100_000, np.float32)
     segment = 1 << 16 if rank == 0 else 1 << 18
-    with config(min_bytes=0, eager_bytes=0, segment_bytes=segment):
-        with pytest.raises(mpicomp.ShapeMismatchError, match="segments of 65536 bytes") as e:
+    with config(min_bytes=0, eager_bytes=0, **{setting: segment}):
+        with pytest.raises(mpicomp.ShapeMismatchError, match=re.escape(said.format(65536))) as e:
             call(coll, x, comm, codec="int8")
-    assert "segments of 262144 bytes" in str(e.value)
+    assert said.format(262144) in str(e.value)
     check_still_works(comm, coll)
 
 
