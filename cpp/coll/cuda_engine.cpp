@@ -25,8 +25,8 @@ struct CudaEngine final : Engine {
   Buffer mirror[4] = {Buffer(false), Buffer(false), Buffer(false), Buffer(false)};  // device copies (direct: the wire)
   Buffer restored{false};                             // a lossless frame's bytes, to accumulate
   // Uncompressed calls' data on the host (via_host), pinned: a copy from pageable memory runs
-  // at a fraction of the bus's speed, and its pages are faulted in on every call that frees
-  // them (2 ranks, one H100, codec none: 0.30x MPI's staged allreduce at 256 MiB, 0.69x at 1).
+  // at a fraction of the bus's speed (2 ranks sharing an H100 under MPS, codec none, 1-64 MiB:
+  // 0.41-0.69x MPI's allreduce staged through pinned memory, 1.05-1.57x from here).
   Buffer staged[2] = {Buffer(true), Buffer(true)};
 
   // The device copy of staged wire bytes at w.
