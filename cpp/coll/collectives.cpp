@@ -151,8 +151,9 @@ void via_host(Coll coll, MPI_Comm comm, const void* x, size_t x_bytes, void* y, 
               const Config& cfg) {
   thread_local Scratch sx, sy;
   Engine& e = *a.engine;
-  const bool kept = x_bytes + y_bytes <= cfg.cache_bytes && e.staging(0, x_bytes);
-  char* hx = static_cast<char*>(kept ? e.staging(0, x_bytes) : sx.get(x_bytes));
+  char* hx = static_cast<char*>(x_bytes + y_bytes <= cfg.cache_bytes ? e.staging(0, x_bytes) : nullptr);
+  const bool kept = hx != nullptr;
+  if (!kept) hx = sx.get(x_bytes);
   char* hy = static_cast<char*>(kept ? e.staging(1, y_bytes) : sy.get(y_bytes));
   e.copy(hx, x, x_bytes, true);
   CollArgs h = a;

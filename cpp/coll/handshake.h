@@ -18,7 +18,7 @@ namespace mpicomp {
 struct Signature {
   uint64_t count = 0;   // elements of the input on this rank
   uint64_t segment = 0; // Config::segment_bytes when compressed: the pipeline's message sizes follow from it
-  uint64_t gpu_segment = 0; // Config::gpu_segment_bytes when compressed: the segment where `device`
+  uint64_t gpu_segment = 0; // Config::gpu_segment_bytes when compressed: the segment where any rank has `device`
   uint32_t block = 0;
   Coll coll = Coll::allreduce;
   CodecId codec = CodecId::none;  // as requested
@@ -35,8 +35,8 @@ struct Signature {
   uint8_t device = 0;
   bool operator==(const Signature& o) const {
     return count == o.count && segment == o.segment && gpu_segment == o.gpu_segment && block == o.block &&
-           coll == o.coll && codec == o.codec && wire == o.wire && dtype == o.dtype && avg == o.avg && eager == o.eager && flat == o.flat &&
-           adaptive == o.adaptive && !invalid && !o.invalid;
+           coll == o.coll && codec == o.codec && wire == o.wire && dtype == o.dtype && avg == o.avg &&
+           eager == o.eager && flat == o.flat && adaptive == o.adaptive && !invalid && !o.invalid;
   }
 };
 
