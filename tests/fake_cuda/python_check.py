@@ -10,6 +10,7 @@ the checks of calls on the stand-in's second device.
 import ctypes
 import os
 import sys
+import time
 
 import numpy as np
 from mpi4py import MPI
@@ -241,6 +242,36 @@ def errors():
     expect(same(dy.get(), mpicomp.allreduce(x, codec="int8"), "int8", "allreduce"), "a call after the errors")
 
 
+def stalled():
+    """The last rank skips a call on GPU arrays, compressed (GPU segments) or not (pinned
+    staging): the others raise CommTimeoutError once the timeout is up, and a fresh
+    communicator then gives the numpy bytes."""
+    timeout, before = 1.0, mpicomp.config.timeout_s
+    mpicomp.config.timeout_s = timeout
+    try:
+        for name, f, n_in, n_out in COLLECTIVES:
+            for codec in ("int8", "none"):
+                x = data(70001 * n_in, np.float32, 11)
+                what = f"{name} codec {codec}: the last rank stalled"
+                c = comm.Dup()
+                f(DeviceArray(x), comm=c, codec=codec, out=DeviceArray(np.zeros(70001 * n_out, np.float32)))
+                if rank != size - 1:
+                    t0 = time.perf_counter()
+                    raises(mpicomp.CommTimeoutError, what, lambda: f(
+                        DeviceArray(x), comm=c, codec=codec, out=DeviceArray(np.zeros(70001 * n_out, np.float32))))
+                    waited = time.perf_counter() - t0
+                    expect(0.9 * timeout <= waited < timeout + 10, f"{what}: raised after {waited:.2f} s")
+                comm.Barrier()
+                c.Free()
+                fresh = comm.Dup()
+                dy = DeviceArray(np.zeros(70001 * n_out, np.float32))
+                f(DeviceArray(x), comm=fresh, codec=codec, out=dy)
+                expect(dy.get().tobytes() == f(x, comm=fresh, codec=codec).tobytes(), f"{what}: then a fresh one")
+                fresh.Free()
+    finally:
+        mpicomp.config.timeout_s = before
+
+
 def two_devices():
     """Calls on device 1's arrays while device 0 is current: equal to the host's results,
     device 0 still current after each, and device 0's buffers (kept per thread between calls)
@@ -275,6 +306,7 @@ def main():
         mixed()
         nonblocking_and_feedback()
         errors()
+        stalled()
     total = comm.allreduce(len(failed))
     if rank == 0:
         print(f"python_check: {total} failed checks", flush=True)
