@@ -29,6 +29,13 @@ Engine& engine_of(const CollArgs& a) { return a.engine ? *a.engine : cpu_engine(
 
 thread_local bool t_inner = false;  // inside via_host: the outer call is the one counted
 thread_local bool t_probe = false;  // codec "auto" measuring (adaptive.h): compressed as asked, not counted
+// The last call counted on this thread (Recorder): what codec "auto" judges it by. A small call
+// takes microseconds: timed and sized once.
+struct Counted {
+  double seconds = 0;
+  size_t bytes_in = 0;
+};
+thread_local Counted t_counted;
 
 // Sets one of those flags for its lifetime, whether the calls inside return or throw.
 class Inside {
@@ -92,8 +99,8 @@ class Recorder {
   ~Recorder() {
     Sent sent = take_sent_bytes();
     if (t_inner || t_probe || std::uncaught_exceptions()) return;
-    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
-    stats_record(coll_, size_, bytes_in_, sent, algo, dt, skip_ ? &*skip_ : nullptr);
+    t_counted = {std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(), bytes_in_};
+    stats_record(coll_, size_, bytes_in_, sent, algo, t_counted.seconds, skip_ ? &*skip_ : nullptr);
   }
   Algo algo = Algo::mpi;
 
@@ -439,8 +446,9 @@ Call call_of(Coll coll) {
 
 // What codec "auto" follows a call with on every rank (adaptive.h): the measurement after a
 // communicator's first call of its kind, the checks; its probes call `coll` as asked.
-void after(Coll coll, MPI_Comm comm, const void* x, const CollArgs& a, std::optional<Skip> skip, double seconds) {
-  auto_after(comm, coll, a, x, bytes_in(coll, a, CommInfo(comm).size), skip, seconds,
+void after(Coll coll, MPI_Comm comm, const void* x, const CollArgs& a, std::optional<Skip> skip, size_t bytes_in,
+           double seconds) {
+  auto_after(comm, coll, a, x, bytes_in, skip, seconds,
              [&](const CollArgs& p, const void* px, void* py) {
                std::optional<Skip> unused;
                Inside probing(t_probe);
@@ -453,9 +461,8 @@ void run(Coll coll, MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   if (!a.adaptive) return call_of(coll)(comm, x, y, a, skip);
   if (a.engine)  // the Python layer refuses it first (mpicomp.auto)
     throw Error(ErrorKind::backend, "codec 'auto' runs on host buffers only; name the codec for GPU buffers");
-  const auto t0 = std::chrono::steady_clock::now();
   call_of(coll)(comm, x, y, a, skip);
-  after(coll, comm, x, a, skip, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  after(coll, comm, x, a, skip, t_counted.bytes_in, t_counted.seconds);
 }
 
 }  // namespace
@@ -467,7 +474,7 @@ void reduce_scatter(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
 void allgather(MPI_Comm comm, const void* x, void* y, const CollArgs& a) { run(Coll::allgather, comm, x, y, a); }
 
 void auto_passed(Coll coll, MPI_Comm comm, const void* x, const CollArgs& a, Skip why, double seconds) {
-  after(coll, comm, x, a, why, seconds);
+  after(coll, comm, x, a, why, bytes_in(coll, a, CommInfo(comm).size), seconds);
 }
 
 void collective(Coll coll, MPI_Comm comm, const void* x, void* y, const CollArgs& a) { run(coll, comm, x, y, a); }

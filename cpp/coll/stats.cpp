@@ -89,9 +89,9 @@ void stats_record(Coll coll, int size, size_t bytes_in, Sent sent, Algo algo, do
   if (skip && *skip != Skip::codec_none) notice_skip(coll, *skip, bytes_in);
 }
 
-void stats_probe(Coll coll, double seconds) {
+void stats_probe(Coll coll, double seconds, bool probe) {
   std::lock_guard<std::mutex> g(g_mutex);
-  g_stats.coll[int(coll)].probes += 1;
+  g_stats.coll[int(coll)].probes += probe;
   g_stats.coll[int(coll)].probe_seconds += seconds;
 }
 

@@ -77,8 +77,9 @@ void stats_record(Coll coll, int size, size_t bytes_in, Sent sent, Algo algo, do
 // The bytes an uncompressed call of `coll` sends per rank: (size - 1) / size of the data per
 // stage (two stages for allreduce, one for reduce_scatter; allgather's data is size parts).
 size_t uncompressed_wire_bytes(Coll coll, int size, size_t bytes_in);
-// One measurement of codec "auto" for coll, which took `seconds`.
-void stats_probe(Coll coll, double seconds);
+// A measurement of codec "auto" for coll, which took `seconds`: a probe (counted), or a
+// size measured further (its time only).
+void stats_probe(Coll coll, double seconds, bool probe = true);
 Stats stats();
 // The bytes_wire and bytes_plain of the calls recorded on this thread so far: a layer that
 // counts its traffic by purpose (mpicomp.torch.traffic) reads them around its own calls.

@@ -128,7 +128,8 @@ def drifting_calls(comm, reprobe_s, calls=64, late=0.0, n=1024):
 def test_calls_slower_than_measured_measure_again_at_most_as_configured(comm):
     big = 1 << 20
     for reprobe_s, expected in ((3600, 0), (0, 0), (0.01, 1)):  # measured less than an hour ago; never; due
-        install(comm, [1e-6, 100e-6, 100e-6], [2e-6, 200e-6, 200e-6])  # a link since become slow: 4 MiB in 100 us
+        # A link since become slow: 4 MiB in 100 us (measured at that size: not measured further).
+        install(comm, [1e-6, 100e-6, 100e-6], [2e-6, 200e-6, 200e-6], sizes=[1024.0, 16384.0, 4.0 * big])
         assert drifting_calls(comm, reprobe_s=reprobe_s, n=big) == expected, reprobe_s
     assert mpicomp.auto.model(comm)["plain"][-1] > 200e-6  # measured again: the link as it is now
 
@@ -154,7 +155,7 @@ def test_the_calls_own_times_correct_the_model_at_their_size(comm):
     # A probe's bursts can miss what a stream of calls meets (a token bucket's credit): here a
     # model that says 1 MiB goes in a microsecond uncompressed, two compressed. The calls' own
     # times replace it at 1 MiB, each way the calls went, until the faster way is the one taken.
-    install(comm, [1e-9, 1e-6, 1e-6], [2e-9, 2e-6, 2e-6])
+    install(comm, [1e-9, 1e-6, 1e-6], [2e-9, 2e-6, 2e-6], sizes=[1024.0, 16384.0, float(1 << 20)])
     assert drifting_calls(comm, reprobe_s=0, calls=200, n=1 << 18) == 0
     m = mpicomp.auto.model(comm)
     assert every_rank_has(comm, m)
@@ -164,6 +165,49 @@ def test_the_calls_own_times_correct_the_model_at_their_size(comm):
     mpicomp.reset_stats()
     mpicomp.allreduce(np.ones(1 << 18, np.float32), comm=comm, codec="auto")
     assert counts()[0] == (1 if packed < plain else 0)
+
+
+def test_a_call_far_beyond_the_sizes_measured_is_measured_at_its_size(comm):
+    # Beyond its largest size the model extrapolates, which caches make wrong. A model that
+    # says compressing is free: a call at 16x its largest size is timed both ways at its size
+    # (once, counted in probe_seconds, not as a probe), and where that would cost more than
+    # the probe's half second by the model, it is not.
+    n = 1 << 20  # 4 MiB of float32
+    for plain, measured in (([10e-6, 20e-6, 40e-6], True), ([1e-3, 1e-2, 0.1], False)):
+        install(comm, plain, [1e-9] * 3)
+        for call in range(2):
+            before = mpicomp.stats()["allreduce"]
+            mpicomp.allreduce(np.ones(n, np.float32), comm=comm, codec="auto")
+            after = mpicomp.stats()["allreduce"]
+            m = mpicomp.auto.model(comm)
+            assert every_rank_has(comm, m) and after["probes"] == before["probes"]
+            assert (4.0 * n in m["bytes"]) == measured, m
+            if measured:
+                assert m["packed"][m["bytes"].index(4.0 * n)] > 1e-5, m  # as long as the call takes, not 1 ns
+            # Measured once: the second call finds its size measured.
+            assert (after["probe_seconds"] > before["probe_seconds"]) == (measured and call == 0)
+
+
+def test_calls_turn_to_the_other_way_after_timing_both_side_by_side(comm):
+    # The way not taken has only an older time (here the installed one, 20 us for 1 MiB
+    # compressed). When a window's calls make the model prefer it, the next window goes both
+    # ways in turn, timed side by side, rather than all that way: on a machine whose speed
+    # changes (2 shared cores), times taken at different moments mislead.
+    install(comm, [1e-7, 1e-5, 1e-5], [1e-6, 2e-5, 2e-5], sizes=[1024.0, 16384.0, float(1 << 20)])
+    mpicomp.config.auto_reprobe_s = 0
+    try:
+        ways = []
+        for _ in range(16):  # two windows of 8 calls: the model's times make each check due at 8
+            before = counts()
+            mpicomp.allreduce(np.ones(1 << 18, np.float32), comm=comm, codec="auto")
+            after = counts()
+            ways.append("compressed" if after[0] > before[0] else
+                        next(k for k, v in after[1].items() if v > before[1].get(k, 0)))
+    finally:
+        mpicomp.config.auto_reprobe_s = 60.0
+    assert every_rank_has(comm, ways)
+    assert "compressed" not in ways[:8] and len(set(ways[:8])) == 1, ways  # uncompressed, as installed
+    assert ways[8:] == ["compressed", "auto_probe"] * 4, ways  # in turn, not all compressed
 
 
 def test_nonblocking_calls_measure_on_their_own_communicator(comm):
