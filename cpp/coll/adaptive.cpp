@@ -143,19 +143,6 @@ void agree_values(MPI_Comm comm, double* v, int n, MPI_Op op) {
                  [&](mpic::Requests* rs) { mpic::allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, op, comm, rs); });
 }
 
-// Linear through (x0, y0) and (x1, y1), at x.
-double line(double x0, double y0, double x1, double y1, double x) {
-  return x1 == x0 ? y1 : y0 + (y1 - y0) * (x - x0) / (x1 - x0);
-}
-
-std::string size_text(double b) {
-  char s[32];
-  if (b < 1024) std::snprintf(s, sizeof s, "%.0f B", b);
-  else if (b < 1 << 20) std::snprintf(s, sizeof s, "%.1f KiB", b / 1024);
-  else std::snprintf(s, sizeof s, "%.1f MiB", b / (1 << 20));
-  return s;
-}
-
 // The model after a measurement, on rank 0 with MPICOMP_VERBOSE: `how` it was measured.
 void announce(MPI_Comm comm, Coll coll, const CollArgs& a, const AutoModel& m, const std::string& how) {
   const CommInfo ci(comm);
@@ -267,58 +254,6 @@ void measure_further(MPI_Comm comm, Coll coll, const CollArgs& a, const void* x,
 }
 
 }  // namespace
-
-double AutoModel::predict(bool compressed, double b) const {
-  const std::vector<double>& t = compressed ? packed : plain;
-  const size_t n = bytes.size();
-  if (b <= bytes[0] || n == 1) return t[0];
-  for (size_t i = 1; i < n; ++i)
-    if (b <= bytes[i]) return line(bytes[i - 1], t[i - 1], bytes[i], t[i], b);
-  const double slope = std::max(0.0, (t[n - 1] - t[n - 2]) / (bytes[n - 1] - bytes[n - 2]));
-  return t[n - 1] + slope * (b - bytes[n - 1]);
-}
-
-std::optional<Skip> AutoModel::decide(double b) const {
-  if (predict(true, b) < predict(false, b)) return std::nullopt;
-  // Below a size where compressing wins, or where it would win at every size from some on
-  // (the codec's time per byte below the wire's)?
-  const size_t n = bytes.size();
-  for (size_t i = 0; i < n; ++i)
-    if (bytes[i] > b && packed[i] < plain[i]) return Skip::auto_small;
-  const bool gains = n >= 2 && (packed[n - 1] - packed[n - 2]) < (plain[n - 1] - plain[n - 2]);
-  return gains ? Skip::auto_small : Skip::auto_link;
-}
-
-double AutoModel::break_even() const {
-  // The difference plain - packed is linear between points and beyond the last: its first
-  // rise above zero.
-  auto gain = [&](double b) { return predict(false, b) - predict(true, b); };
-  if (gain(bytes[0]) > 0) return 0;
-  for (size_t i = 1; i < bytes.size(); ++i)
-    if (gain(bytes[i]) > 0) {
-      const double g0 = gain(bytes[i - 1]), g1 = gain(bytes[i]);
-      return bytes[i - 1] + (bytes[i] - bytes[i - 1]) * (-g0) / (g1 - g0);
-    }
-  const double last = bytes.back(), g = gain(last), slope = gain(2 * last) - g;
-  return slope > 0 ? last * (1 - g / slope) : kInf;
-}
-
-void AutoModel::set(bool compressed, double b, double t) {
-  size_t i = std::lower_bound(bytes.begin(), bytes.end(), b * 0.99) - bytes.begin();
-  if (i == bytes.size() || bytes[i] > b * 1.01) {  // a size of its own, the other way as predicted
-    const double other = predict(!compressed, b);
-    bytes.insert(bytes.begin() + i, b);
-    plain.insert(plain.begin() + i, compressed ? other : t);
-    packed.insert(packed.begin() + i, compressed ? t : other);
-  }
-  (compressed ? packed : plain)[i] = t;
-}
-
-std::string AutoModel::describe(const char* codec) const {
-  const double b = break_even();
-  if (std::isinf(b)) return std::string("never compresses: the link is faster than ") + codec;
-  return std::string(codec) + (b == 0 ? " at every size" : " from " + size_text(b));
-}
 
 namespace {
 

@@ -53,6 +53,9 @@ struct AutoModel {
   void set(bool compressed, double b, double t);
 };
 
+// "3.2 KiB", for people to read.
+std::string size_text(double bytes);
+
 // The fewest calls between checks; a check's values (4, then the median time of the latest
 // calls two ways in 28 size classes) and the calls' predicted time it waits for, in units of
 // its own exchange's; the drift that re-probes; the predicted time below which a call is not

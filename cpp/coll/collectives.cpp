@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <exception>
@@ -24,6 +25,7 @@ namespace {
 
 std::mutex g_config_mutex;
 Config g_config;
+std::atomic<bool> g_verbose{Config{}.verbose};
 
 Engine& engine_of(const CollArgs& a) { return a.engine ? *a.engine : cpu_engine(); }
 
@@ -261,7 +263,9 @@ Config config() {
 void set_config(const Config& c) {
   std::lock_guard<std::mutex> g(g_config_mutex);
   g_config = c;
+  g_verbose.store(c.verbose, std::memory_order_relaxed);
 }
+bool verbose() { return g_verbose.load(std::memory_order_relaxed); }
 
 void reject(MPI_Comm comm, Coll coll) {
   CallScope scope(config(), comm);

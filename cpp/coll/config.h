@@ -58,5 +58,8 @@ struct Config {
 
 Config config();
 void set_config(const Config& c);
+// config().verbose without a copy of the configuration: asked after every call sent
+// uncompressed, which on shared memory takes a microsecond or two.
+bool verbose();
 
 }  // namespace mpicomp

@@ -139,7 +139,7 @@ std::string stats_table(const Stats& s, const std::string& title) {
 }
 
 void notice_skip(Coll coll, Skip skip, size_t bytes_in) {
-  if (!config().verbose) return;
+  if (!verbose()) return;
   const uint64_t bit = uint64_t(1) << (int(coll) * kSkips + int(skip));
   if (g_noticed.fetch_or(bit) & bit) return;
   int rank = 0;
