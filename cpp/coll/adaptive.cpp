@@ -87,7 +87,7 @@ struct Entry {
     changed();
   }
   // What the model says of a call of b bytes, kept for the next call: a training loop repeats
-  // its sizes, and a small call takes a few microseconds (the model's look-ups took 5% of one).
+  // its sizes, and a small call takes a few microseconds (auto's own work was 5% of one).
   struct Said {
     double b = -1;
     std::optional<Skip> skip;
@@ -109,7 +109,7 @@ struct Entry {
   Said said_;
 };
 
-int size_class(double bytes) {  // floor(log2), by the bits: std::log2 took a tenth of auto's time per call
+int size_class(double bytes) {  // floor(log2), by the bits: std::log2 was a fifth of auto's instructions per call
   return std::clamp(63 - __builtin_clzll(std::max<uint64_t>(uint64_t(bytes), 1)) - kFirstClass, 0, kClasses - 1);
 }
 using Key = std::tuple<int, int, int, uint32_t>;  // coll, dtype, codec, block
@@ -146,7 +146,7 @@ void agree_values(MPI_Comm comm, double* v, int n, MPI_Op op) {
 // The model after a measurement, on rank 0 with MPICOMP_VERBOSE: `how` it was measured.
 void announce(MPI_Comm comm, Coll coll, const CollArgs& a, const AutoModel& m, const std::string& how) {
   const CommInfo ci(comm);
-  if (!config().verbose || ci.rank != 0) return;
+  if (!verbose() || ci.rank != 0) return;
   std::fprintf(stderr, "mpicomp: auto, %s of %s on %d ranks: %s (%s)\n", coll_name(coll), dtype_name(a.dtype), ci.size,
                m.describe(codec_name(a.spec.id)).c_str(), how.c_str());
   std::fflush(stderr);
@@ -258,7 +258,7 @@ void measure_further(MPI_Comm comm, Coll coll, const CollArgs& a, const void* x,
 namespace {
 
 // The entry this thread found last: a training loop's calls find the same one, and a small
-// call takes a few microseconds (the communicator's attribute and the map took 3% of one).
+// call takes a few microseconds (a communicator attribute's look-up and a map's are not free).
 // Valid while no communicator's cache was freed since (a handle is reused after MPI_Comm_free).
 struct Found {
   MPI_Comm comm = MPI_COMM_NULL;
