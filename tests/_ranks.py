@@ -35,12 +35,10 @@ def pytest_runtest_logreport(report):
 
 @pytest.fixture(autouse=True)
 def _same_config():
-    """Tests that change mpicomp.config get it back as it was."""
-    import mpicomp
+    """Tests that change mpicomp.config get it back as it was: every setting of the core's, in
+    the core's own order (a setting added there is restored too)."""
+    from mpicomp import _core
 
-    fields = ("min_bytes", "eager_bytes", "segment_bytes", "gpu_segment_bytes", "skip_local", "verbose", "hierarchy",
-              "ranks_per_node", "auto_reprobe_s")
-    saved = [getattr(mpicomp.config, f) for f in fields]
+    saved = _core.get_config()
     yield
-    for f, v in zip(fields, saved):
-        setattr(mpicomp.config, f, v)
+    _core.set_config(*saved)
