@@ -346,8 +346,9 @@ void auto_after(MPI_Comm comm, Coll coll, const CollArgs& a, const void* x, size
     for (int wy = 0; wy < 2; ++wy)
       if (w.count[wy][c] > 0 && w.count[!wy][c] == 0) {
         const double b = w.bytes[wy][c] / w.count[wy][c];
-        const bool turns = !e.at(b).skip != bool(wy);
-        const bool near = e.model.predict(!wy, b) < kExplore * e.model.predict(wy, b);
+        const Entry::Said& said = e.at(b);
+        const bool turns = !said.skip != bool(wy);
+        const bool near = said.predicted[!wy] < kExplore * said.predicted[wy];
         if (turns || e.checks - e.explored[c] >= (near ? kExploreNear : kExploreFar)) {
           e.alternate[c] = true;
           e.explored[c] = e.checks;
