@@ -19,7 +19,8 @@ def model(link_gbit, codec_gbit, ratio=4.0, latency=20e-6, codec_latency=15e-6, 
 
 
 def evaluate(m, at):
-    return _core.auto_evaluate(*m, at)
+    """(break-even, decisions) of a model of one hierarchy."""
+    return _core.auto_evaluate(*m, at)[:2]
 
 
 def test_a_link_faster_than_the_codec_never_compresses():
@@ -59,6 +60,31 @@ def test_between_and_beyond_the_sizes_measured_the_model_is_linear():
     break_even, decisions = evaluate((sizes, plain, packed), [1e2, 6e5, 7e5, 1e9])
     assert break_even == pytest.approx(1e3 + (1e6 - 1e3) * 2 / 3)
     assert decisions == ["auto_small", "auto_small", "compress", "compress"]
+
+
+def test_on_nodes_each_way_takes_its_faster_hierarchy_and_compression_is_judged_by_it():
+    # Nodes of 8 ranks on a 10 Gbit/s link. Uncompressed, two levels send 1/8 of the bytes
+    # between nodes but add two stages inside them; flat (MPI's own) is faster below where
+    # those cross. Compressed (4x), two levels are a little faster at every size.
+    link, inside = 10e9 / 8, 50e9 / 8
+    curves = {"plain_flat": lambda b: 10e-6 + b / link,
+              "plain": lambda b: 60e-6 + b / (8 * link) + 2 * b / inside,
+              "packed": lambda b: 80e-6 + b / (32 * link) + 2 * b / inside,
+              "packed_flat": lambda b: 100e-6 + b / (32 * link) + 2 * b / inside}
+    t = {k: [f(b) for b in SIZES] for k, f in curves.items()}
+    at = [1024.0, 65536.0, 200e3, 4.0 * 2**20]
+    break_even, decisions, flat = _core.auto_evaluate(SIZES, t["plain"], t["packed"], at, t["plain_flat"],
+                                                      t["packed_flat"])
+    assert decisions == ["auto_small", "auto_small", "auto_small", "compress"]
+    assert flat == [True, True, False, False]
+    # The reference: the first size where the faster compressed path beats the faster
+    # uncompressed one, from the formulas (the model is exact between its points: all affine).
+    grid = np.linspace(1024, 4 * 2**20, 400_001)
+    wins = np.minimum(curves["packed"](grid), curves["packed_flat"](grid)) < np.minimum(
+        curves["plain"](grid), curves["plain_flat"](grid))
+    assert break_even == pytest.approx(grid[np.argmax(wins)], abs=grid[1] - grid[0])
+    with pytest.raises(mpicomp.ShapeMismatchError, match="every curve"):
+        _core.auto_evaluate(SIZES, t["plain"], t["packed"], at, t["plain_flat"][:-1])
 
 
 def test_auto_specs():

@@ -405,25 +405,39 @@ PYBIND11_MODULE(_core, m) {
         auto_model(comm_of(comm), Coll(coll), DType(dtype), Spec{CodecId(codec), block}, &probes);
     if (!m) return py::none();
     return py::dict(py::arg("bytes") = m->bytes, py::arg("plain") = m->plain, py::arg("packed") = m->packed,
+                    py::arg("plain_flat") = m->plain_flat, py::arg("packed_flat") = m->packed_flat,
                     py::arg("break_even") = m->break_even(), py::arg("probes") = probes,
                     py::arg("describe") = m->describe(codec_name(CodecId(codec))));
   }, "comm's measured model for (collective, dtype, codec), or None");
   m.def("auto_install", [](py::handle comm, int coll, int dtype, int codec, uint32_t block, std::vector<double> bytes,
-                           std::vector<double> plain, std::vector<double> packed) {
+                           std::vector<double> plain, std::vector<double> packed, std::vector<double> plain_flat,
+                           std::vector<double> packed_flat) {
     MPI_Comm c = comm_of(comm);
     py::gil_scoped_release nogil;
-    auto_install(c, Coll(coll), DType(dtype), Spec{CodecId(codec), block}, AutoModel{bytes, plain, packed});
-  }, "Installs a model given by every rank (the slowest rank's times, as a probe agrees them). Collective");
+    auto_install(c, Coll(coll), DType(dtype), Spec{CodecId(codec), block},
+                 AutoModel{bytes, plain, packed, plain_flat, packed_flat});
+  }, py::arg("comm"), py::arg("coll"), py::arg("dtype"), py::arg("codec"), py::arg("block"), py::arg("bytes"),
+     py::arg("plain"), py::arg("packed"), py::arg("plain_flat") = std::vector<double>{},
+     py::arg("packed_flat") = std::vector<double>{},
+     "Installs a model given by every rank (the slowest rank's times, as a probe agrees them). Collective");
   m.def("auto_evaluate", [](std::vector<double> bytes, std::vector<double> plain, std::vector<double> packed,
-                            std::vector<double> sizes) {
-    const AutoModel m{bytes, plain, packed};
+                            std::vector<double> sizes, std::vector<double> plain_flat,
+                            std::vector<double> packed_flat) {
+    const AutoModel m{bytes, plain, packed, plain_flat, packed_flat};
+    if (!m.well_formed())
+      throw Error(ErrorKind::shape_mismatch, "auto_evaluate: every curve needs a time at each size");
     std::vector<std::string> decisions;
+    std::vector<bool> flat;
     for (double b : sizes) {
       const std::optional<Skip> why = m.decide(b);
       decisions.push_back(why ? skip_name(*why) : "compress");
+      flat.push_back(m.flat(!why, b));
     }
-    return py::make_tuple(m.break_even(), decisions);
-  }, "(break-even bytes, the decision at each of sizes: 'compress', 'auto_small' or 'auto_link') of a model");
+    return py::make_tuple(m.break_even(), decisions, flat);
+  }, py::arg("bytes"), py::arg("plain"), py::arg("packed"), py::arg("sizes"),
+     py::arg("plain_flat") = std::vector<double>{}, py::arg("packed_flat") = std::vector<double>{},
+     "(break-even bytes, the decision at each of sizes: 'compress', 'auto_small' or 'auto_link', and whether it "
+     "goes flat) of a model");
 
   // ---- statistics (stats.h) ----
   m.def("stats", [] {

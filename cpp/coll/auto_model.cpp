@@ -28,8 +28,7 @@ std::string size_text(double b) {
   return s;
 }
 
-double AutoModel::predict(bool compressed, double b) const {
-  const std::vector<double>& t = compressed ? packed : plain;
+double AutoModel::predict(const std::vector<double>& t, double b) const {
   const size_t n = bytes.size();
   if (b <= bytes[0] || n == 1) return t[0];
   for (size_t i = 1; i < n; ++i)
@@ -38,14 +37,31 @@ double AutoModel::predict(bool compressed, double b) const {
   return t[n - 1] + slope * (b - bytes[n - 1]);
 }
 
+double AutoModel::predict(bool compressed, bool flat, double b) const {
+  return predict(times(compressed, flat && has_flat(compressed)), b);
+}
+
+double AutoModel::predict(bool compressed, double b) const {
+  return std::min(predict(compressed, false, b), predict(compressed, true, b));
+}
+
+bool AutoModel::flat(bool compressed, double b) const {
+  return has_flat(compressed) && predict(compressed, true, b) < predict(compressed, false, b);
+}
+
+double AutoModel::best(bool compressed, size_t i) const {
+  const double t = times(compressed, false)[i];
+  return has_flat(compressed) ? std::min(t, times(compressed, true)[i]) : t;
+}
+
 std::optional<Skip> AutoModel::decide(double b) const {
   if (predict(true, b) < predict(false, b)) return std::nullopt;
   // Below a size where compressing wins, or where it would win at every size from some on
   // (the codec's time per byte below the wire's)?
   const size_t n = bytes.size();
   for (size_t i = 0; i < n; ++i)
-    if (bytes[i] > b && packed[i] < plain[i]) return Skip::auto_small;
-  const bool gains = n >= 2 && (packed[n - 1] - packed[n - 2]) < (plain[n - 1] - plain[n - 2]);
+    if (bytes[i] > b && best(true, i) < best(false, i)) return Skip::auto_small;
+  const bool gains = n >= 2 && (best(true, n - 1) - best(true, n - 2)) < (best(false, n - 1) - best(false, n - 2));
   return gains ? Skip::auto_small : Skip::auto_link;
 }
 
@@ -63,21 +79,40 @@ double AutoModel::break_even() const {
   return slope > 0 ? last * (1 - g / slope) : kInf;
 }
 
-void AutoModel::set(bool compressed, double b, double t) {
+void AutoModel::set(bool compressed, bool flat, double b, double t) {
   size_t i = std::lower_bound(bytes.begin(), bytes.end(), b * 0.99) - bytes.begin();
-  if (i == bytes.size() || bytes[i] > b * 1.01) {  // a size of its own, the other way as predicted
-    const double other = predict(!compressed, b);
+  if (i == bytes.size() || bytes[i] > b * 1.01) {  // a size of its own, the other times as predicted
+    for (std::vector<double>* v : {&plain, &packed, &plain_flat, &packed_flat})
+      if (!v->empty()) v->insert(v->begin() + i, predict(*v, b));
     bytes.insert(bytes.begin() + i, b);
-    plain.insert(plain.begin() + i, compressed ? other : t);
-    packed.insert(packed.begin() + i, compressed ? t : other);
   }
-  (compressed ? packed : plain)[i] = t;
+  times(compressed, flat && has_flat(compressed))[i] = t;
+}
+
+bool AutoModel::well_formed() const {
+  const size_t n = bytes.size();
+  auto fits = [&](const std::vector<double>& v, bool optional) { return v.size() == n || (optional && v.empty()); };
+  return n && fits(plain, false) && fits(packed, false) && fits(plain_flat, true) && fits(packed_flat, true);
 }
 
 std::string AutoModel::describe(const char* codec) const {
   const double b = break_even();
-  if (std::isinf(b)) return std::string("never compresses: the link is faster than ") + codec;
-  return std::string(codec) + (b == 0 ? " at every size" : " from " + size_text(b));
+  std::string d = std::isinf(b) ? std::string("never compresses: the link is faster than ") + codec
+                                : std::string(codec) + (b == 0 ? " at every size" : " from " + size_text(b));
+  // The measured sizes where a way went flat, as runs of neighbours: "; flat: uncompressed
+  // 1.0 KiB-32.0 KiB, int8 4.0 MiB".
+  std::string runs;
+  for (int c = 0; c < 2; ++c) {
+    if (!has_flat(c)) continue;
+    std::string mine;
+    for (size_t i = 0, j; i < bytes.size(); i = j + 1) {
+      for (j = i; j < bytes.size() && flat(c, bytes[j]); ++j) {}
+      if (j == i) continue;
+      mine += (mine.empty() ? "" : ", ") + size_text(bytes[i]) + (j - 1 > i ? "-" + size_text(bytes[j - 1]) : "");
+    }
+    if (!mine.empty()) runs += (runs.empty() ? "" : "; ") + std::string(c ? codec : "uncompressed") + " " + mine;
+  }
+  return runs.empty() ? d : d + "; flat hierarchy: " + runs;
 }
 
 }  // namespace mpicomp

@@ -20,6 +20,7 @@ struct CollArgs {
   bool avg = false;            // divide the sum by the communicator's size
   float* residual = nullptr;   // error feedback, float32 with as many elements as the input
   Engine* engine = nullptr;    // null: the CPU engine
+  bool flat = false;           // the flat hierarchy, whatever Config::hierarchy says (codec "auto"'s measurements)
 };
 
 // A call's input bytes on a communicator of `size` ranks (for reduce_scatter all its parts), as

@@ -67,6 +67,7 @@ Signature signature(Coll coll, const CollArgs& a, const CommInfo& ci, const Conf
   // Asked on every call, whatever the rest decides: on a communicator's first use it is a
   // collective, which every rank must reach (reject() asks too).
   bool local = ci.size > 1 && node_local(comm);
+  Route route;
   if (a.spec.id == CodecId::none)
     skip = Skip::codec_none;
   else if (ci.size == 1)
@@ -76,7 +77,7 @@ Signature signature(Coll coll, const CollArgs& a, const CommInfo& ci, const Conf
   else if (local && cfg.skip_local)
     skip = Skip::local;
   else if (a.adaptive)  // from a model all ranks hold alike: the same decision everywhere
-    skip = auto_decision(comm, coll, a, bytes_in(coll, a, ci.size));
+    skip = auto_decision(comm, coll, a, bytes_in(coll, a, ci.size), route);
   s.wire = skip ? CodecId::none : a.spec.id;
   // Every setting that shapes the wire is agreed: the thresholds and skip_local through
   // `wire` and `eager`, the segment size here (ranks whose environments differ would post
@@ -86,7 +87,8 @@ Signature signature(Coll coll, const CollArgs& a, const CommInfo& ci, const Conf
   s.segment = s.wire == CodecId::none && s.codec != CodecId::bound ? 0 : cfg.segment_bytes;
   s.gpu_segment = s.segment ? cfg.gpu_segment_bytes : 0;
   s.device = a.engine != nullptr;
-  s.flat = cfg.hierarchy == Hierarchy::flat;
+  s.flat = a.flat || route.flat || cfg.hierarchy == Hierarchy::flat;
+  s.mpi_own = (a.flat || route.flat) && s.wire == CodecId::none;
   return s;
 }
 
@@ -280,6 +282,16 @@ void reject(MPI_Comm comm, Coll coll) {
 
 namespace {
 
+// Whether an uncompressed call's data is moved (and summed) by the MPI library's own
+// collective: where its datatype has an MPI type; for allreduce, whose own is node-aware,
+// except float32 on two levels of nodes that only config.ranks_per_node knows of (MPI does
+// not): there the two-level path sends what a node-aware MPI would.
+bool uncompressed_by_mpi(Coll coll, const NodeLayout& nodes, DType t, bool two_level) {
+  if (coll == Coll::allgather) return true;  // moves bytes, whatever the dtype
+  return mpi_type(t) != MPI_DATATYPE_NULL &&
+         !(coll == Coll::allreduce && two_level && nodes.ranks_per_node && t == DType::f32);
+}
+
 void allreduce_call(MPI_Comm comm, const void* x, void* y, const CollArgs& a, std::optional<Skip>& skip) {
   CommInfo ci(comm);
   const Config cfg = config();
@@ -295,7 +307,8 @@ void allreduce_call(MPI_Comm comm, const void* x, void* y, const CollArgs& a, st
   // size, since there recursive doubling moves no more data than MPI's reduce-scatter +
   // allgather and saves a round of latency.
   MPI_Datatype mt = mpi_type(a.dtype);
-  sig.eager = rides_agreement(sig, cfg, bytes <= cfg.eager_bytes, ci.size == 2 && mt != MPI_DATATYPE_NULL);
+  sig.eager =
+      !sig.mpi_own && rides_agreement(sig, cfg, bytes <= cfg.eager_bytes, ci.size == 2 && mt != MPI_DATATYPE_NULL);
   if (a.engine && sig.wire == CodecId::none && (sig.eager || mt != MPI_DATATYPE_NULL))
     return via_host(Coll::allreduce, comm, x, bytes, y, bytes, a, cfg);
   rec.algo = sig.eager ? Algo::eager : Algo::mpi;
@@ -312,10 +325,7 @@ void allreduce_call(MPI_Comm comm, const void* x, void* y, const CollArgs& a, st
   if (a.count == 0) return;
   const NodeLayout& nodes = node_layout(comm);
   const bool two_level = !sig.flat && nodes.hierarchical();
-  // Uncompressed sums are the MPI library's, whose own allreduce is node-aware, except for
-  // float32 on nodes that only config.ranks_per_node knows of (MPI does not): there the
-  // two-level path sends what a node-aware MPI would.
-  const bool by_mpi = mt != MPI_DATATYPE_NULL && !(two_level && nodes.ranks_per_node && a.dtype == DType::f32);
+  const bool by_mpi = uncompressed_by_mpi(Coll::allreduce, nodes, a.dtype, two_level);
   auto mpi_sum = [&](const void* from) {
     rec.algo = Algo::mpi;
     mpi_collective("MPI_Allreduce", [&](mpic::Requests* rs) {
@@ -373,12 +383,12 @@ void reduce_scatter_call(MPI_Comm comm, const void* x, void* y, const CollArgs& 
                    [&](mpic::Requests* rs) { mpic::reduce_scatter_block(from, y, a.count, mt, MPI_SUM, comm, rs); });
     if (a.avg) divide(y, a.dtype, a.count, ci.size);
   };
-  const bool by_mpi = mt != MPI_DATATYPE_NULL;
+  const NodeLayout& nodes = node_layout(comm);
+  const bool two_level = !sig.flat && two_level_blocks(nodes);
+  const bool by_mpi = uncompressed_by_mpi(Coll::reduce_scatter, nodes, a.dtype, two_level);
   // (Codec bound's sums first learn whether MPI's keep its bound: bounded.)
   if (sig.wire == CodecId::none && by_mpi && !most) return mpi_sum(x);
   FrameDamage damage;
-  const NodeLayout& nodes = node_layout(comm);
-  const bool two_level = !sig.flat && two_level_blocks(nodes);
   const CodecId ran = bounded(
       comm, ci, sig, cfg, a, top, x, total, y, a.count, scale, (two_level ? nodes.nodes : ci.size) - 1, true, sig.eager,
       skip, [&](const Tiling& U, const void* in) {
@@ -452,12 +462,13 @@ Call call_of(Coll coll) {
 // communicator's first call of its kind, the checks; its probes call `coll` as asked.
 void after(Coll coll, MPI_Comm comm, const void* x, const CollArgs& a, std::optional<Skip> skip, size_t bytes_in,
            double seconds) {
-  auto_after(comm, coll, a, x, bytes_in, skip, seconds,
-             [&](const CollArgs& p, const void* px, void* py) {
-               std::optional<Skip> unused;
-               Inside probing(t_probe);
-               call_of(coll)(comm, px, py, p, unused);
-             });
+  auto_after(
+      comm, coll, a, x, bytes_in, skip, seconds,
+      [&](const CollArgs& p, const void* px, void* py) {
+        std::optional<Skip> unused;
+        Inside probing(t_probe);
+        call_of(coll)(comm, px, py, p, unused);
+      });
 }
 
 void run(Coll coll, MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
@@ -476,6 +487,14 @@ void reduce_scatter(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
   run(Coll::reduce_scatter, comm, x, y, a);
 }
 void allgather(MPI_Comm comm, const void* x, void* y, const CollArgs& a) { run(Coll::allgather, comm, x, y, a); }
+
+std::array<bool, 2> flat_differs(Coll coll, MPI_Comm comm, const CollArgs& a) {
+  if (config().hierarchy == Hierarchy::flat) return {false, false};
+  const NodeLayout& nodes = node_layout(comm);
+  const bool two = coll == Coll::allreduce ? nodes.hierarchical() : two_level_blocks(nodes);
+  return {two && !(uncompressed_by_mpi(coll, nodes, a.dtype, true) && uncompressed_by_mpi(coll, nodes, a.dtype, false)),
+          two};
+}
 
 void auto_passed(Coll coll, MPI_Comm comm, const void* x, const CollArgs& a, Skip why, double seconds) {
   after(coll, comm, x, a, why, bytes_in(coll, a, CommInfo(comm).size), seconds);

@@ -33,6 +33,12 @@ struct Signature {
   // a call where any rank has GPU buffers takes gpu_segment on every rank (ranks with GPU and
   // with host buffers meet in one call).
   uint8_t device = 0;
+  // Uncompressed on the flat path that codec "auto" times apart from two levels (CollArgs::flat,
+  // Route::flat): not riding the agreement; for float32, the MPI library's own allreduce, as
+  // an unmodified program's (mpicomp's recursive doubling there sends whole vectors between nodes at each
+  // step: 2 nodes of 2 at 1 Gbit/s, 32 KiB, 558 us against MPICH's 280). Not compared: every
+  // rank derives it from the same model.
+  uint8_t mpi_own = 0;
   bool operator==(const Signature& o) const {
     return count == o.count && segment == o.segment && gpu_segment == o.gpu_segment && block == o.block &&
            coll == o.coll && codec == o.codec && wire == o.wire && dtype == o.dtype && avg == o.avg &&

@@ -115,12 +115,14 @@ Decision decide(Coll coll, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm
   a.dtype = t;
   a.count = size_t(count);
   // Codec "auto" decides from a model every rank holds alike, kept with the private duplicate
-  // the core runs on: where it says not to compress, the call is MPI's own, untouched, and
-  // timed for the model as the core times its own calls (a communicator's first call of a
-  // kind measures it after; coll/adaptive.h). Non-blocking calls decide on the worker, which
-  // owns their duplicate's model.
+  // the core runs on: where it says not to compress, on the flat hierarchy (MPI's own path),
+  // the call is MPI's own, untouched, and timed for the model as the core times its own calls
+  // (a communicator's first call of a kind measures it after; coll/adaptive.h); the core runs
+  // the rest. Non-blocking calls decide on the worker, which owns their duplicate's model.
+  Route route;
   if (passable && adaptive && !nonblocking)
-    if (auto why = auto_decision(private_comm(comm, 0), coll, a, bytes_in(coll, a, comm_size(comm))))
+    if (auto why = auto_decision(private_comm(comm, 0), coll, a, bytes_in(coll, a, comm_size(comm)), route);
+        why && route.mpi)
       return Decision{std::nullopt, *why, false, a};
   return Decision{a, Skip::off};
 }

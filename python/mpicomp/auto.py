@@ -92,7 +92,9 @@ def model(comm, collective="allreduce", dtype="float32", codec_spec="auto"):
     "allgather") of ``dtype`` with ``codec_spec``, or None before its first call: a dict of
     ``bytes`` (sizes, input bytes as mpicomp.stats() counts them), ``plain`` and ``packed``
     (seconds uncompressed and compressed, the slowest rank's: the probe's, or the calls' own
-    where they replaced it), ``break_even`` (bytes from
+    where they replaced it), ``plain_flat`` and ``packed_flat`` (the same on the flat
+    hierarchy, where the communicator spans nodes of several ranks and that is another path:
+    each way takes the faster; else empty), ``break_even`` (bytes from
     which it compresses; inf: never), ``probes`` (measurements so far) and ``describe``.
     Local. Blocking calls' models: the non-blocking ones (iallreduce, ...) run on a
     communicator of their own, measured on its own."""

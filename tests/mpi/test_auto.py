@@ -26,12 +26,13 @@ def comm():
     c.Free()
 
 
-def install(comm, plain, packed, sizes=SIZES):
-    """Gives comm's private duplicate (where allreduce runs) the model plain/packed. Its
-    time for small calls sets how often the ranks check (enough of it for a check's cost)."""
+def install(comm, plain, packed, sizes=SIZES, **flat):
+    """Gives comm's private duplicate (where allreduce runs) the model plain/packed (and
+    plain_flat/packed_flat). Its time for small calls sets how often the ranks check (enough of
+    it for a check's cost)."""
     mpicomp.allreduce(np.ones(1, np.float32), comm=comm, codec="none")  # makes the duplicate
     pcomm = mpicomp._comm.private(comm)
-    _core.auto_install(pcomm, ALLREDUCE, DTYPE_IDS["float32"], INT8.id, INT8.block, sizes, plain, packed)
+    _core.auto_install(pcomm, ALLREDUCE, DTYPE_IDS["float32"], INT8.id, INT8.block, sizes, plain, packed, **flat)
     return pcomm
 
 
@@ -56,7 +57,7 @@ def test_first_call_measures_then_each_size_goes_as_the_model_says(comm, coll):
     assert m["probes"] == 1 and len(m["bytes"]) >= 2 and every_rank_has(comm, m)
     sizes = [comm.size * 2**k for k in (8, 12, 16, 19)]  # elements
     nbytes = [4 * n // (1 if coll == "reduce_scatter" else comm.size if coll == "allgather" else 1) for n in sizes]
-    _, decisions = _core.auto_evaluate(m["bytes"], m["plain"], m["packed"], [float(b) for b in nbytes])
+    _, decisions, _ = _core.auto_evaluate(m["bytes"], m["plain"], m["packed"], [float(b) for b in nbytes])
     for n, decision in zip(sizes, decisions):
         k = n // comm.size if coll == "allgather" else n
         xs = [np.random.default_rng(r).standard_normal(k).astype(np.float32) for r in range(comm.size)]
@@ -102,6 +103,82 @@ def test_installing_a_malformed_model_fails_on_every_rank(comm):
     with pytest.raises(mpicomp.ShapeMismatchError, match="same number of sizes"):
         install(comm, [1.0] * 3, [1.0] * 3, sizes=sizes)
     install(comm, [1.0] * 3, [2.0] * 3)  # the communicator stays usable
+
+
+# Nodes of 2 ranks (config.ranks_per_node; MPI sees one): two levels need 3 ranks or more.
+needs_nodes = pytest.mark.skipif(WORLD.size < 3, reason="nodes of 2 ranks with two levels need 3 ranks or more")
+
+
+@needs_nodes
+@pytest.mark.parametrize("hierarchy", ["auto", "flat"])
+@pytest.mark.parametrize("coll", ["allreduce", "reduce_scatter", "allgather"])
+def test_on_nodes_the_probe_times_the_flat_hierarchy_where_it_is_another_path(comm, coll, hierarchy):
+    mpicomp.config.ranks_per_node = 2
+    mpicomp.config.hierarchy = hierarchy
+    fn = getattr(mpicomp, coll)
+    fn(np.ones(comm.size * 64, np.float32), comm=comm, codec="auto")
+    m = mpicomp.auto.model(comm, coll)
+    # Uncompressed float32 sums on nodes MPI does not know of go two levels or flat (MPI's own);
+    # reduce_scatter's and allgather's are MPI's either way. Compressed, the two levels of
+    # reduce_scatter and allgather need nodes of equal size.
+    two = coll == "allreduce" or comm.size % 2 == 0
+    expected = (coll == "allreduce", two) if hierarchy == "auto" else (False, False)
+    assert (len(m["plain_flat"]) > 0, len(m["packed_flat"]) > 0) == expected
+    for times in ("plain_flat", "packed_flat"):
+        assert len(m[times]) in (0, len(m["bytes"])) and all(t > 0 for t in m[times])
+    assert every_rank_has(comm, m)
+
+
+@needs_nodes
+def test_on_nodes_each_way_takes_the_hierarchy_the_model_says(comm):
+    mpicomp.config.ranks_per_node = 2
+    kib = 1024.0
+    # At 16 KiB uncompressed flat: MPI's own allreduce, not riding the agreement (eager_bytes
+    # is 32 KiB); at 32 KiB int8 on two levels; at 128 KiB uncompressed on two levels; at 256
+    # KiB int8 flat. Seconds.
+    install(comm, [100e-6] * 4, [300e-6, 40e-6, 300e-6, 300e-6], sizes=[16 * kib, 32 * kib, 128 * kib, 256 * kib],
+            plain_flat=[50e-6, 100e-6, 200e-6, 200e-6], packed_flat=[300e-6, 200e-6, 300e-6, 30e-6])
+    assert mpicomp.auto.model(comm)["describe"].endswith("; flat hierarchy: uncompressed 16.0 KiB; int8 256.0 KiB")
+    mpicomp.reset_stats()
+    for k in (16, 32, 128, 256):
+        n = k * 256  # float32 elements
+        xs = [np.random.default_rng([k, r]).standard_normal(n).astype(np.float32) for r in range(comm.size)]
+        y = mpicomp.allreduce(xs[comm.rank], comm=comm, codec="auto")
+        exact = np.sum(xs, axis=0, dtype=np.float64)
+        assert np.all(np.abs(y - exact) <= 0.05 * comm.size * np.abs(exact).max()), k
+        if k in (16, 128):
+            np.testing.assert_allclose(y, exact, rtol=1e-5, atol=1e-5)
+    s = mpicomp.stats()["allreduce"]
+    assert s["compressed"] == 2 and dict(s["skipped"]) == {"auto_small": 2}
+    assert dict(s["algorithms"]) == {"two_level": 2, "mpi": 1, "flat": 1}
+
+
+@needs_nodes
+def test_on_nodes_calls_turn_to_another_hierarchy_after_timing_every_path_side_by_side(comm):
+    # As below for the two ways: installed, two-level uncompressed looks fastest (10 us for 1
+    # MiB) and flat uncompressed next (20 us); a window of calls times two levels as they are
+    # (milliseconds), which makes the model prefer flat on an older time: the next window
+    # sends its calls on every path in turn, 4 calls each, compressed ones too (a second each,
+    # installed).
+    mpicomp.config.ranks_per_node = 2
+    sizes = [1024.0, 16384.0, float(1 << 20)]
+    install(comm, [1e-7, 1e-5, 1e-5], [1.0] * 3, sizes=sizes, plain_flat=[2e-7, 2e-5, 2e-5],
+            packed_flat=[1.0] * 3)
+    mpicomp.config.auto_reprobe_s = 0
+    try:
+        paths = []
+        for _ in range(24):
+            before = mpicomp.stats()["allreduce"]
+            mpicomp.allreduce(np.ones(1 << 18, np.float32), comm=comm, codec="auto")
+            after = mpicomp.stats()["allreduce"]
+            algo = next(k for k, v in after["algorithms"].items() if v > before["algorithms"].get(k, 0))
+            paths.append(("compressed " if after["compressed"] > before["compressed"] else "") + algo)
+    finally:
+        mpicomp.config.auto_reprobe_s = 60.0
+    assert every_rank_has(comm, paths)
+    assert paths[:8] == ["two_level"] * 8, paths  # uncompressed, two levels, as installed
+    runs = ("compressed two_level", "compressed flat", "two_level", "mpi")  # compressed first, 4 calls each
+    assert paths[8:] == [p for p in runs for _ in range(4)], paths
 
 
 def drifting_calls(comm, reprobe_s, calls=64, late=0.0, n=1024):
@@ -197,7 +274,7 @@ def test_calls_turn_to_the_other_way_after_timing_both_side_by_side(comm):
     mpicomp.config.auto_reprobe_s = 0
     try:
         ways = []
-        for _ in range(16):  # two windows of 8 calls: the model's times make each check due at 8
+        for _ in range(16):  # two windows of 8 calls: the model's times make each check due at 8 (and 4 each way)
             before = counts()
             mpicomp.allreduce(np.ones(1 << 18, np.float32), comm=comm, codec="auto")
             after = counts()
@@ -207,7 +284,7 @@ def test_calls_turn_to_the_other_way_after_timing_both_side_by_side(comm):
         mpicomp.config.auto_reprobe_s = 60.0
     assert every_rank_has(comm, ways)
     assert "compressed" not in ways[:8] and len(set(ways[:8])) == 1, ways  # uncompressed, as installed
-    assert ways[8:] == ["compressed", "auto_probe"] * 4, ways  # in turn, not all compressed
+    assert ways[8:] == ["compressed"] * 4 + ["auto_probe"] * 4, ways  # in turn, runs of 4, not all compressed
 
 
 def test_nonblocking_calls_measure_on_their_own_communicator(comm):
