@@ -12,6 +12,7 @@ import pytest
 from _launch import MPIEXEC, mpiexec
 
 import mpicomp
+from mpicomp.bench.options import fmt_size
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 
@@ -60,6 +61,23 @@ def test_hierarchies_side_by_side_on_emulated_nodes(tmp_path):
     assert recs["mpicomp"]["hierarchy"] == "auto" and recs["mpicomp/flat"]["hierarchy"] == "flat"
     # A link per node: two-level sends 1/2 of what flat sends across it.
     assert recs["mpicomp/flat"]["link_bound_us"] == pytest.approx(2 * recs["mpicomp"]["link_bound_us"], rel=1e-6)
+
+
+def test_auto_reports_the_share_of_timed_calls_it_compressed(tmp_path):
+    """codec auto's rows: the share of the kept round's calls sent compressed, in the JSON and a
+    closing line; the Ratio column the codec's where most went compressed. Which sizes do is
+    measured on this machine: the test checks that the three agree."""
+    out = tmp_path / "a.json"
+    r = bench("allreduce", "-m", "1K:1M", "-i", "20", "-x", "2", "--rounds", "2", "-c", "--codec", "int8,auto",
+              "--json", str(out), n=2, env={"MPICOMP_MIN_BYTES": "0"})
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    recs = [x for x in json.loads(out.read_text()) if x["codec"] == "auto"]
+    ratio = next(x for x in json.loads(out.read_text()) if x["codec"] == "int8")["ratio"]
+    assert len(recs) == 11 and all(0 <= x["auto_compressed_share"] <= 1 for x in recs)
+    assert all(x["ratio"] == (ratio if x["auto_compressed_share"] >= 0.5 else 1.0) for x in recs)
+    line = next(l for l in r.stdout.splitlines() if "share of the timed calls sent compressed" in l)
+    assert line.split("compressed: ", 1)[1] == ", ".join(
+        f"{fmt_size(x['size'])} {100 * x['auto_compressed_share']:.0f}%" for x in recs)
 
 
 def test_codecs_table_and_json(tmp_path):

@@ -20,7 +20,7 @@ from mpi4py import MPI
 from .. import _core, allgather, allreduce, auto, config, node_layout, reduce_scatter, stats
 from .._dtypes import ITEMSIZE
 from . import bound, inputs, report
-from .options import COLLECTIVE_PEERS, iterations, iterations_note
+from .options import COLLECTIVE_PEERS, fmt_size, iterations, iterations_note
 
 
 class Op:
@@ -163,7 +163,7 @@ def run(args, comm=MPI.COMM_WORLD):
                      else (lambda c=what[0]: op.run(x[0], y, c, comm)) for kind, what in impls}
             # Side by side: every implementation once per round, the best round kept; the
             # bound's codec speeds too.
-            best, speeds = {}, None
+            best, speeds, shares = {}, None, {}
             for _ in range(args.rounds):
                 timed = bound.Speeds([what[0] for kind, what in impls if kind == "mpicomp"], x[1], args.dtype,
                                      op.out_len(n, p) * itemsize >= _core.STREAM_BYTES, comm)
@@ -171,9 +171,16 @@ def run(args, comm=MPI.COMM_WORLD):
                 for key, fn in calls.items():
                     if key[0] == "mpicomp":  # set outside the timed calls; every rank sets the same
                         config.hierarchy = key[1][1]
+                    before = stats()[op.name]
                     t = _time(fn, iters, warmup, comm)
                     if key not in best or t[0] < best[key][0]:
                         best[key] = t
+                        # codec "auto": the share of the kept round's calls sent compressed
+                        # (every rank decides alike, so this rank's count is everyone's).
+                        if key[0] == "mpicomp" and key[1][0].adaptive:
+                            after = stats()[op.name]
+                            ran = after["calls"] - before["calls"]
+                            shares[key] = (after["compressed"] - before["compressed"]) / ran
             xs = exact = None
             if args.validation and any(k == "mpicomp" for k, _ in calls):
                 xs = comm.allgather(inputs.as_float64(x[0]))
@@ -195,17 +202,22 @@ def run(args, comm=MPI.COMM_WORLD):
                     op.run(x[0], y, c, comm)
                     after = stats()[op.name]
                     compressed = after["compressed"] > before["compressed"]
+                    # The Ratio column: this call's; for codec "auto", the codec's where most
+                    # of the timed calls went compressed (this one may be of a window that goes
+                    # every way in turn).
+                    shown = shares[(kind, what)] >= 0.5 if c.adaptive else compressed
                     # Frames (lossless codecs, bound) take what the data needs: the bytes this
                     # call sent, summed over ranks (bound's share of its error bound differs by
                     # stage, so one encoding's ratio would not be the call's).
-                    if compressed and c.framed:
+                    if shown and compressed and c.framed:
                         sent = comm.allreduce(np.array([after["bytes_plain"] - before["bytes_plain"],
                                                         after["bytes_wire"] - before["bytes_wire"]], np.float64))
                         rec["ratio"] = sent[0] / sent[1]
                     else:
-                        rec["ratio"] = inputs.ratio(c, x[1], args.dtype) if compressed else 1.0
+                        rec["ratio"] = inputs.ratio(c, x[1], args.dtype) if shown else 1.0
                     if c.adaptive:
                         rec["auto_break_even"] = auto.model(comm, op.name, args.dtype, c)["break_even"]
+                        rec["auto_compressed_share"] = shares[(kind, what)]
                     if args.validation:
                         if os.environ.get("MPICOMP_BENCH_CORRUPT") == "1":
                             y.reshape(-1)[0] += 1.0
@@ -226,5 +238,9 @@ def run(args, comm=MPI.COMM_WORLD):
     for c in args.codecs:
         if c.adaptive and (m := auto.model(comm, op.name, args.dtype, c)):
             out.note(f"{c.spec}: {m['describe']}, as measured on this communicator ({m['probes']} probe(s), "
-                     f"refined by the calls; the Ratio column shows which sizes went compressed)")
+                     f"refined by the calls; the Ratio column: the codec's where most timed calls went compressed)")
+            for impl in dict.fromkeys(r["impl"] for r in out.records if r["codec"] == c.spec):
+                went = [f"{fmt_size(r['size'])} {100 * r['auto_compressed_share']:.0f}%" for r in out.records
+                        if r["codec"] == c.spec and r["impl"] == impl]
+                out.note(f"{c.spec} ({impl}): share of the timed calls sent compressed: {', '.join(went)}")
     return out.finish(failures)
