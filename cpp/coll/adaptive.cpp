@@ -183,7 +183,7 @@ void measure_further(MPI_Comm comm, Coll coll, const CollArgs& a, const void* x,
   const AutoModel& m = e.model;
   double one_each = 0;
   for (int packed = 0; packed < 2; ++packed)
-    for (int flat = 0; flat <= int(differs[packed]); ++flat) one_each += m.predict(packed, b);
+    for (int flat = 0; flat <= int(differs[packed]); ++flat) one_each += m.predict(packed, flat, b);
   if (cost(kMinBatch, one_each) > kProbeBudget) return;
   const auto t0 = Clock::now();
   std::vector<char> in, out;

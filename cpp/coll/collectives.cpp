@@ -462,13 +462,12 @@ Call call_of(Coll coll) {
 // communicator's first call of its kind, the checks; its probes call `coll` as asked.
 void after(Coll coll, MPI_Comm comm, const void* x, const CollArgs& a, std::optional<Skip> skip, size_t bytes_in,
            double seconds) {
-  auto_after(
-      comm, coll, a, x, bytes_in, skip, seconds,
-      [&](const CollArgs& p, const void* px, void* py) {
-        std::optional<Skip> unused;
-        Inside probing(t_probe);
-        call_of(coll)(comm, px, py, p, unused);
-      });
+  auto_after(comm, coll, a, x, bytes_in, skip, seconds,
+             [&](const CollArgs& p, const void* px, void* py) {
+               std::optional<Skip> unused;
+               Inside probing(t_probe);
+               call_of(coll)(comm, px, py, p, unused);
+             });
 }
 
 void run(Coll coll, MPI_Comm comm, const void* x, void* y, const CollArgs& a) {

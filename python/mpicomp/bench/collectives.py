@@ -237,8 +237,10 @@ def run(args, comm=MPI.COMM_WORLD):
             out.rows(records)
     for c in args.codecs:
         if c.adaptive and (m := auto.model(comm, op.name, args.dtype, c)):
+            spent = stats()[op.name]["probe_seconds"]
             out.note(f"{c.spec}: {m['describe']}, as measured on this communicator ({m['probes']} probe(s), "
-                     f"refined by the calls; the Ratio column: the codec's where most timed calls went compressed)")
+                     f"{spent:.2f} s of measuring in all, refined by the calls; the Ratio column: the codec's where "
+                     f"most timed calls went compressed)")
             for impl in dict.fromkeys(r["impl"] for r in out.records if r["codec"] == c.spec):
                 went = [f"{fmt_size(r['size'])} {100 * r['auto_compressed_share']:.0f}%" for r in out.records
                         if r["codec"] == c.spec and r["impl"] == impl]
