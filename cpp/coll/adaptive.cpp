@@ -34,6 +34,9 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // 520 us in a stream of its own).
 constexpr double kExplore = 1.25;
 constexpr int kExploreNear = 16, kExploreFar = 256, kRun = 4;
+// A window waits for its runs to end (a training loop's other sizes come between their calls),
+// but not beyond kLongestWindow calls (a size no longer called).
+constexpr int kLongestWindow = 256;
 
 // A path: 2 * compressed + flat (AutoModel: flat where the model has that hierarchy's times).
 constexpr int kPaths = 4;
@@ -108,6 +111,12 @@ struct Entry {
     if (alternate[c]) return paths[int(w.calls_of(c)) / kRun % npaths];
     const Said& said = at(b);
     return said.best[!said.skip];
+  }
+  // Whether a class that goes every path in turn has begun its runs and not ended them.
+  bool runs_pending() const {
+    for (int c = 0; c < kClasses; ++c)
+      if (alternate[c] && w.calls_of(c) > 0 && w.calls_of(c) < kRun * npaths) return true;
+    return false;
   }
   // The calls' predicted time a check waits for: kCheckCost times its own exchange's.
   double check_due;
@@ -259,7 +268,7 @@ void auto_after(MPI_Comm comm, Coll coll, const CollArgs& a, const void* x, size
   w.due += predicted;
   if (b >= 2 * e.probed_to) measure_further(comm, coll, a, x, bytes_in, run, e);
   // Every rank counts the same calls with the same model: all reach the check together.
-  if (++w.calls < kMinCheckCalls || w.due < e.check_due || (e.alternate[k] && w.calls_of(k) < kRun * e.npaths))
+  if (++w.calls < kMinCheckCalls || w.due < e.check_due || (w.calls < kLongestWindow && e.runs_pending()))
     return;
   // Agreed: the least drift any rank saw either way (none without a call to judge by), the
   // longest time since the last probe, the longest re-probe interval any rank is configured

@@ -287,6 +287,29 @@ def test_calls_turn_to_the_other_way_after_timing_both_side_by_side(comm):
     assert ways[8:] == ["compressed"] * 4 + ["auto_probe"] * 4, ways  # in turn, runs of 4, not all compressed
 
 
+def test_a_window_waits_for_its_runs_while_other_sizes_come_between(comm):
+    # As above, with a 4 KiB call (compressing it takes a second, installed: it never turns)
+    # between every two 1 MiB calls, as a training loop's buckets of other sizes would: the
+    # window after the turn still sends the 1 MiB calls 4 compressed, then 4 not, before its
+    # check, though the calls between make that due after 8 calls.
+    install(comm, [1e-7, 1e-7, 1e-5], [1.0, 1.0, 2e-5], sizes=[1024.0, 4096.0, float(1 << 20)])
+    mpicomp.config.auto_reprobe_s = 0
+    try:
+        ways = []
+        for _ in range(12):
+            before = counts()
+            mpicomp.allreduce(np.ones(1 << 18, np.float32), comm=comm, codec="auto")
+            after = counts()
+            ways.append("compressed" if after[0] > before[0] else
+                        next(k for k, v in after[1].items() if v > before[1].get(k, 0)))
+            mpicomp.allreduce(np.ones(1024, np.float32), comm=comm, codec="auto")
+    finally:
+        mpicomp.config.auto_reprobe_s = 60.0
+    assert every_rank_has(comm, ways)
+    assert ways[:4] == ["auto_small"] * 4, ways  # the first window: 4 of each size
+    assert ways[4:] == ["compressed"] * 4 + ["auto_probe"] * 4, ways
+
+
 def test_nonblocking_calls_measure_on_their_own_communicator(comm):
     x = np.random.default_rng(comm.rank).standard_normal(4096).astype(np.float32)
     exact, bound = allreduce_bound(comm, INT8, x.astype(np.float64), True, False, "float32")
