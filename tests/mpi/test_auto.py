@@ -129,15 +129,19 @@ def test_on_nodes_the_probe_times_the_flat_hierarchy_where_it_is_another_path(co
     assert every_rank_has(comm, m)
 
 
-@needs_nodes
-def test_on_nodes_each_way_takes_the_hierarchy_the_model_says(comm):
+def install_four_paths(comm):
+    """On nodes of 2: at 16 KiB uncompressed flat, MPI's own allreduce, not riding the agreement
+    (eager_bytes is 32 KiB); at 32 KiB int8 on two levels; at 128 KiB uncompressed on two
+    levels; at 256 KiB int8 flat. Seconds."""
     mpicomp.config.ranks_per_node = 2
     kib = 1024.0
-    # At 16 KiB uncompressed flat: MPI's own allreduce, not riding the agreement (eager_bytes
-    # is 32 KiB); at 32 KiB int8 on two levels; at 128 KiB uncompressed on two levels; at 256
-    # KiB int8 flat. Seconds.
     install(comm, [100e-6] * 4, [300e-6, 40e-6, 300e-6, 300e-6], sizes=[16 * kib, 32 * kib, 128 * kib, 256 * kib],
             plain_flat=[50e-6, 100e-6, 200e-6, 200e-6], packed_flat=[300e-6, 200e-6, 300e-6, 30e-6])
+
+
+@needs_nodes
+def test_on_nodes_each_way_takes_the_hierarchy_the_model_says(comm):
+    install_four_paths(comm)
     assert mpicomp.auto.model(comm)["describe"].endswith("; flat hierarchy: uncompressed 16.0 KiB; int8 256.0 KiB")
     mpicomp.reset_stats()
     for k in (16, 32, 128, 256):
@@ -151,6 +155,32 @@ def test_on_nodes_each_way_takes_the_hierarchy_the_model_says(comm):
     s = mpicomp.stats()["allreduce"]
     assert s["compressed"] == 2 and dict(s["skipped"]) == {"auto_small": 2}
     assert dict(s["algorithms"]) == {"two_level": 2, "mpi": 1, "flat": 1}
+
+
+@needs_nodes
+@pytest.mark.parametrize("kib,algorithm", [(16, "mpi"), (32, "two_level"), (128, "two_level"), (256, "flat")])
+def test_on_nodes_a_stalled_rank_makes_the_others_raise_on_each_path(comm, kib, algorithm):
+    """config.timeout_s on each path auto takes on nodes: the ranks waiting for one that never
+    arrives raise CommTimeoutError, none hangs, the communicator is refused after; a fresh one
+    works."""
+    install_four_paths(comm)
+    x = np.ones(kib * 256, np.float32)
+    mpicomp.config.timeout_s = 1.0
+    mpicomp.reset_stats()
+    mpicomp.allreduce(x, comm=comm, codec="auto")
+    assert dict(mpicomp.stats()["allreduce"]["algorithms"]) == {algorithm: 1}
+    if comm.rank != comm.size - 1:  # the last rank stalls
+        t0 = time.perf_counter()
+        with pytest.raises(mpicomp.CommTimeoutError, match="timeout_s"):
+            mpicomp.allreduce(x, comm=comm, codec="auto")
+        assert time.perf_counter() - t0 < 11
+        with pytest.raises(mpicomp.CommTimeoutError, match="earlier call"):
+            mpicomp.allreduce(x, comm=comm, codec="auto")
+    WORLD.Barrier()
+    fresh = WORLD.Dup()
+    install_four_paths(fresh)
+    np.testing.assert_allclose(mpicomp.allreduce(x, comm=fresh, codec="auto"), comm.size, rtol=1e-2)
+    fresh.Free()
 
 
 @needs_nodes
