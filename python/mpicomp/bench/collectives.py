@@ -171,13 +171,14 @@ def run(args, comm=MPI.COMM_WORLD):
                 for key, fn in calls.items():
                     if key[0] == "mpicomp":  # set outside the timed calls; every rank sets the same
                         config.hierarchy = key[1][1]
-                    before = stats()[op.name]
+                    # codec "auto": the share of the kept round's calls sent compressed (every
+                    # rank decides alike, so this rank's count is everyone's).
+                    adaptive = key[0] == "mpicomp" and key[1][0].adaptive
+                    before = stats()[op.name] if adaptive else None
                     t = _time(fn, iters, warmup, comm)
                     if key not in best or t[0] < best[key][0]:
                         best[key] = t
-                        # codec "auto": the share of the kept round's calls sent compressed
-                        # (every rank decides alike, so this rank's count is everyone's).
-                        if key[0] == "mpicomp" and key[1][0].adaptive:
+                        if adaptive:
                             after = stats()[op.name]
                             ran = after["calls"] - before["calls"]
                             shares[key] = (after["compressed"] - before["compressed"]) / ran
