@@ -28,10 +28,15 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // every kExploreFar; and before its calls turn to a path whose time an older window measured
 // (the machine or the link may have been faster or slower then: on 2 shared cores a 1 KiB
 // call's time doubles for seconds at a time).
-// Each path takes kRun calls in a row there, which the check waits for: calls in a stream meet
-// what the ones before them left (a token bucket's credit, a queue); one call of a path between
-// calls of others does not (2 nodes of 2, 1 Gbit/s, 32 KiB: 200 us alone among the others,
-// 520 us in a stream of its own).
+// Each path takes one run of kRun calls in a row there, which the check waits for: calls in a
+// stream meet what the ones before them left (a token bucket's credit, a queue); one call of a
+// path between calls of others does not (2 nodes of 2, 1 Gbit/s, 32 KiB: 200 us alone among the
+// others, 520 us in a stream of its own). The path the class's calls took comes first, where
+// its run follows its own stream, and its calls go on after the runs until the check: a run
+// that follows a lighter path's meets the credit that left (10 Gbit/s, 2 ranks, 64 KiB:
+// uncompressed 45 us in runs of 4 after int8's, 72-89 us in a stream; int8 60 us either way),
+// and windows that went every path in turn until the check kept the calls uncompressed, at
+// 1.19x int8's time.
 constexpr double kExplore = 1.25;
 constexpr int kExploreNear = 16, kExploreFar = 256, kRun = 4;
 // A window waits for its runs to end (a training loop's other sizes come between their calls),
@@ -80,7 +85,8 @@ struct Entry {
   int checks = 0;
   bool alternate[kClasses];  // per class: its calls go every path in turn until the next check
   int explored[kClasses];    // per class: the check that last sent it every path, or first saw it; -1: none yet
-  int paths[kPaths], npaths = 0;  // the paths the model has, compressed first (a window's turns start there)
+  int order[kClasses][kPaths];  // per class in a window: its runs' paths, the one its calls took first
+  int paths[kPaths], npaths = 0;  // the paths the model has, compressed first
   Entry(AutoModel m, int probes)
       : model(std::move(m)), probes(probes), measured(Clock::now()), probed_to(model.bytes.back()) {
     std::fill(std::begin(alternate), std::end(alternate), false);
@@ -105,10 +111,14 @@ struct Entry {
     return said_;
   }
   // The path a call of b bytes takes: the model's, or in a window that goes every path in
-  // turn, the one whose run it is (every rank has counted the same calls: the same everywhere).
+  // turn, the one whose run it is, after the runs the first again (every rank has counted the
+  // same calls: the same everywhere).
   int path_of(double b) {
     const int c = size_class(b);
-    if (alternate[c]) return paths[int(w.calls_of(c)) / kRun % npaths];
+    if (alternate[c]) {
+      const int run = int(w.calls_of(c)) / kRun;
+      return order[c][run < npaths ? run : 0];
+    }
     const Said& said = at(b);
     return said.best[!said.skip];
   }
@@ -312,6 +322,10 @@ void auto_after(MPI_Comm comm, Coll coll, const CollArgs& a, const void* x, size
     if (turns || e.checks - e.explored[c] >= (near ? kExploreNear : kExploreFar)) {
       e.alternate[c] = true;
       e.explored[c] = e.checks;
+      int* order = e.order[c];
+      *order++ = taken;
+      for (int i = 0; i < e.npaths; ++i)
+        if (e.paths[i] != taken) *order++ = e.paths[i];
     }
   }
   w = Window{};

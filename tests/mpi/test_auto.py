@@ -188,8 +188,8 @@ def test_on_nodes_calls_turn_to_another_hierarchy_after_timing_every_path_side_b
     # As below for the two ways: installed, two-level uncompressed looks fastest (10 us for 1
     # MiB) and flat uncompressed next (20 us); a window of calls times two levels as they are
     # (milliseconds), which makes the model prefer flat on an older time: the next window
-    # sends its calls on every path in turn, 4 calls each, compressed ones too (a second each,
-    # installed).
+    # sends its calls on every path in turn, 4 calls each, the path they took first, compressed
+    # ones too (a second each, installed).
     mpicomp.config.ranks_per_node = 2
     sizes = [1024.0, 16384.0, float(1 << 20)]
     install(comm, [1e-7, 1e-5, 1e-5], [1.0] * 3, sizes=sizes, plain_flat=[2e-7, 2e-5, 2e-5],
@@ -207,7 +207,7 @@ def test_on_nodes_calls_turn_to_another_hierarchy_after_timing_every_path_side_b
         mpicomp.config.auto_reprobe_s = 60.0
     assert every_rank_has(comm, paths)
     assert paths[:8] == ["two_level"] * 8, paths  # uncompressed, two levels, as installed
-    runs = ("compressed two_level", "compressed flat", "two_level", "mpi")  # compressed first, 4 calls each
+    runs = ("two_level", "compressed two_level", "compressed flat", "mpi")  # the path taken first, 4 calls each
     assert paths[8:] == [p for p in runs for _ in range(4)], paths
 
 
@@ -314,14 +314,40 @@ def test_calls_turn_to_the_other_way_after_timing_both_side_by_side(comm):
         mpicomp.config.auto_reprobe_s = 60.0
     assert every_rank_has(comm, ways)
     assert "compressed" not in ways[:8] and len(set(ways[:8])) == 1, ways  # uncompressed, as installed
-    assert ways[8:] == ["compressed"] * 4 + ["auto_probe"] * 4, ways  # in turn, runs of 4, not all compressed
+    assert ways[8:] == ["auto_probe"] * 4 + ["compressed"] * 4, ways  # in turn, runs of 4, not all compressed
+
+
+def test_a_window_times_the_way_taken_first_then_goes_on_that_way_until_its_check(comm):
+    # The way the calls took is timed first, where its run follows its own stream, not another
+    # way's run: a lighter way's leaves credit on a token bucket (docs/auto.md, item 4). After
+    # the runs, the calls go that way again until the check. Installed: 1 KiB in 1 ns
+    # uncompressed, 100 ns compressed; a check every 200 calls' worth of the uncompressed time
+    # of 1 KiB. The calls' own times (microseconds) make the model prefer compressing: the
+    # window after that check is 4 uncompressed, 4 compressed, then uncompressed, its check
+    # due about 200 calls on, as the first.
+    install(comm, [1e-9] * 3, [1e-7] * 3, sizes=[1024.0, 16384.0, float(1 << 20)])
+    mpicomp.config.auto_reprobe_s = 0
+    try:
+        ways = []
+        for _ in range(400):
+            before = counts()
+            mpicomp.allreduce(np.ones(256, np.float32), comm=comm, codec="auto")
+            after = counts()
+            ways.append("compressed" if after[0] > before[0] else
+                        next(k for k, v in after[1].items() if v > before[1].get(k, 0)))
+    finally:
+        mpicomp.config.auto_reprobe_s = 60.0
+    assert every_rank_has(comm, ways)
+    turn = next(i for i, w in enumerate(ways) if w != "auto_link")  # compressing never wins, as installed
+    assert 190 <= turn <= 210, ways
+    assert ways[turn:turn + 150] == ["auto_probe"] * 4 + ["compressed"] * 4 + ["auto_probe"] * 142, ways[turn:]
 
 
 def test_a_window_waits_for_its_runs_while_other_sizes_come_between(comm):
     # As above, with a 4 KiB call (compressing it takes a second, installed: it never turns)
     # between every two 1 MiB calls, as a training loop's buckets of other sizes would: the
-    # window after the turn still sends the 1 MiB calls 4 compressed, then 4 not, before its
-    # check, though the calls between make that due after 8 calls.
+    # window after the turn still sends the 1 MiB calls 4 uncompressed (as before), then 4
+    # compressed, before its check, though the calls between make that due after 8 calls.
     install(comm, [1e-7, 1e-7, 1e-5], [1.0, 1.0, 2e-5], sizes=[1024.0, 4096.0, float(1 << 20)])
     mpicomp.config.auto_reprobe_s = 0
     try:
@@ -337,7 +363,7 @@ def test_a_window_waits_for_its_runs_while_other_sizes_come_between(comm):
         mpicomp.config.auto_reprobe_s = 60.0
     assert every_rank_has(comm, ways)
     assert ways[:4] == ["auto_small"] * 4, ways  # the first window: 4 of each size
-    assert ways[4:] == ["compressed"] * 4 + ["auto_probe"] * 4, ways
+    assert ways[4:] == ["auto_probe"] * 4 + ["compressed"] * 4, ways
 
 
 def test_nonblocking_calls_measure_on_their_own_communicator(comm):
