@@ -295,24 +295,35 @@ def test_a_call_far_beyond_the_sizes_measured_is_measured_at_its_size(comm):
             assert (after["probe_seconds"] > before["probe_seconds"]) == (measured and call == 0)
 
 
+def ways_taken(comm, calls, n, between=0):
+    """The way each of `calls` allreduces of n float32 went ("compressed", else its skip reason),
+    the same on every rank, with re-measuring off; each followed by one of `between` elements
+    if given (a training loop's other bucket)."""
+    mpicomp.config.auto_reprobe_s = 0
+    try:
+        ways = []
+        for _ in range(calls):
+            before = counts()
+            mpicomp.allreduce(np.ones(n, np.float32), comm=comm, codec="auto")
+            after = counts()
+            ways.append("compressed" if after[0] > before[0] else
+                        next(k for k, v in after[1].items() if v > before[1].get(k, 0)))
+            if between:
+                mpicomp.allreduce(np.ones(between, np.float32), comm=comm, codec="auto")
+    finally:
+        mpicomp.config.auto_reprobe_s = 60.0
+    assert every_rank_has(comm, ways)
+    return ways
+
+
 def test_calls_turn_to_the_other_way_after_timing_both_side_by_side(comm):
     # The way not taken has only an older time (here the installed one, 20 us for 1 MiB
     # compressed). When a window's calls make the model prefer it, the next window goes both
     # ways in turn, timed side by side, rather than all that way: on a machine whose speed
     # changes (2 shared cores), times taken at different moments mislead.
     install(comm, [1e-7, 1e-5, 1e-5], [1e-6, 2e-5, 2e-5], sizes=[1024.0, 16384.0, float(1 << 20)])
-    mpicomp.config.auto_reprobe_s = 0
-    try:
-        ways = []
-        for _ in range(16):  # two windows of 8 calls: the model's times make each check due at 8 (and 4 each way)
-            before = counts()
-            mpicomp.allreduce(np.ones(1 << 18, np.float32), comm=comm, codec="auto")
-            after = counts()
-            ways.append("compressed" if after[0] > before[0] else
-                        next(k for k, v in after[1].items() if v > before[1].get(k, 0)))
-    finally:
-        mpicomp.config.auto_reprobe_s = 60.0
-    assert every_rank_has(comm, ways)
+    # two windows of 8 calls: the model's times make each check due at 8 (and 4 each way)
+    ways = ways_taken(comm, 16, 1 << 18)
     assert "compressed" not in ways[:8] and len(set(ways[:8])) == 1, ways  # uncompressed, as installed
     assert ways[8:] == ["auto_probe"] * 4 + ["compressed"] * 4, ways  # in turn, runs of 4, not all compressed
 
@@ -326,18 +337,7 @@ def test_a_window_times_the_way_taken_first_then_goes_on_that_way_until_its_chec
     # window after that check is 4 uncompressed, 4 compressed, then uncompressed, its check
     # due about 200 calls on, as the first.
     install(comm, [1e-9] * 3, [1e-7] * 3, sizes=[1024.0, 16384.0, float(1 << 20)])
-    mpicomp.config.auto_reprobe_s = 0
-    try:
-        ways = []
-        for _ in range(400):
-            before = counts()
-            mpicomp.allreduce(np.ones(256, np.float32), comm=comm, codec="auto")
-            after = counts()
-            ways.append("compressed" if after[0] > before[0] else
-                        next(k for k, v in after[1].items() if v > before[1].get(k, 0)))
-    finally:
-        mpicomp.config.auto_reprobe_s = 60.0
-    assert every_rank_has(comm, ways)
+    ways = ways_taken(comm, 400, 256)
     turn = next(i for i, w in enumerate(ways) if w != "auto_link")  # compressing never wins, as installed
     assert 190 <= turn <= 210, ways
     assert ways[turn:turn + 150] == ["auto_probe"] * 4 + ["compressed"] * 4 + ["auto_probe"] * 142, ways[turn:]
@@ -349,19 +349,7 @@ def test_a_window_waits_for_its_runs_while_other_sizes_come_between(comm):
     # window after the turn still sends the 1 MiB calls 4 uncompressed (as before), then 4
     # compressed, before its check, though the calls between make that due after 8 calls.
     install(comm, [1e-7, 1e-7, 1e-5], [1.0, 1.0, 2e-5], sizes=[1024.0, 4096.0, float(1 << 20)])
-    mpicomp.config.auto_reprobe_s = 0
-    try:
-        ways = []
-        for _ in range(12):
-            before = counts()
-            mpicomp.allreduce(np.ones(1 << 18, np.float32), comm=comm, codec="auto")
-            after = counts()
-            ways.append("compressed" if after[0] > before[0] else
-                        next(k for k, v in after[1].items() if v > before[1].get(k, 0)))
-            mpicomp.allreduce(np.ones(1024, np.float32), comm=comm, codec="auto")
-    finally:
-        mpicomp.config.auto_reprobe_s = 60.0
-    assert every_rank_has(comm, ways)
+    ways = ways_taken(comm, 12, 1 << 18, between=1024)
     assert ways[:4] == ["auto_small"] * 4, ways  # the first window: 4 of each size
     assert ways[4:] == ["auto_probe"] * 4 + ["compressed"] * 4, ways
 
