@@ -183,6 +183,41 @@ def test_on_nodes_a_stalled_rank_makes_the_others_raise_on_each_path(comm, kib, 
     fresh.Free()
 
 
+def grew(before, after):
+    """The key whose count grew between two of mpicomp.stats()'s counters."""
+    return next(k for k, v in after.items() if v > before.get(k, 0))
+
+
+def way(before, after):
+    """How a call went, from mpicomp.stats()["allreduce"] around it: "compressed", else its skip reason."""
+    return "compressed" if after["compressed"] > before["compressed"] else grew(before["skipped"], after["skipped"])
+
+
+def path(before, after):
+    """The way and hierarchy a call took: its algorithm, after "compressed " if it was."""
+    algorithm = grew(before["algorithms"], after["algorithms"])
+    return "compressed " + algorithm if way(before, after) == "compressed" else algorithm
+
+
+def ways_taken(comm, calls, n, between=0, read=way):
+    """What `read` makes of each of `calls` allreduces of n float32, the same on every rank, with
+    re-measuring off; each followed by one of `between` elements if given (a training loop's
+    other bucket)."""
+    mpicomp.config.auto_reprobe_s = 0
+    try:
+        ways = []
+        for _ in range(calls):
+            before = mpicomp.stats()["allreduce"]
+            mpicomp.allreduce(np.ones(n, np.float32), comm=comm, codec="auto")
+            ways.append(read(before, mpicomp.stats()["allreduce"]))
+            if between:
+                mpicomp.allreduce(np.ones(between, np.float32), comm=comm, codec="auto")
+    finally:
+        mpicomp.config.auto_reprobe_s = 60.0
+    assert every_rank_has(comm, ways)
+    return ways
+
+
 @needs_nodes
 def test_on_nodes_calls_turn_to_another_hierarchy_after_timing_every_path_side_by_side(comm):
     # As below for the two ways: installed, two-level uncompressed looks fastest (10 us for 1
@@ -194,18 +229,7 @@ def test_on_nodes_calls_turn_to_another_hierarchy_after_timing_every_path_side_b
     sizes = [1024.0, 16384.0, float(1 << 20)]
     install(comm, [1e-7, 1e-5, 1e-5], [1.0] * 3, sizes=sizes, plain_flat=[2e-7, 2e-5, 2e-5],
             packed_flat=[1.0] * 3)
-    mpicomp.config.auto_reprobe_s = 0
-    try:
-        paths = []
-        for _ in range(24):
-            before = mpicomp.stats()["allreduce"]
-            mpicomp.allreduce(np.ones(1 << 18, np.float32), comm=comm, codec="auto")
-            after = mpicomp.stats()["allreduce"]
-            algo = next(k for k, v in after["algorithms"].items() if v > before["algorithms"].get(k, 0))
-            paths.append(("compressed " if after["compressed"] > before["compressed"] else "") + algo)
-    finally:
-        mpicomp.config.auto_reprobe_s = 60.0
-    assert every_rank_has(comm, paths)
+    paths = ways_taken(comm, 24, 1 << 18, read=path)
     assert paths[:8] == ["two_level"] * 8, paths  # uncompressed, two levels, as installed
     runs = ("two_level", "compressed two_level", "compressed flat", "mpi")  # the path taken first, 4 calls each
     assert paths[8:] == [p for p in runs for _ in range(4)], paths
@@ -293,27 +317,6 @@ def test_a_call_far_beyond_the_sizes_measured_is_measured_at_its_size(comm):
                 assert m["packed"][m["bytes"].index(4.0 * n)] > 1e-5, m  # as long as the call takes, not 1 ns
             # Measured once: the second call finds its size measured.
             assert (after["probe_seconds"] > before["probe_seconds"]) == (measured and call == 0)
-
-
-def ways_taken(comm, calls, n, between=0):
-    """The way each of `calls` allreduces of n float32 went ("compressed", else its skip reason),
-    the same on every rank, with re-measuring off; each followed by one of `between` elements
-    if given (a training loop's other bucket)."""
-    mpicomp.config.auto_reprobe_s = 0
-    try:
-        ways = []
-        for _ in range(calls):
-            before = counts()
-            mpicomp.allreduce(np.ones(n, np.float32), comm=comm, codec="auto")
-            after = counts()
-            ways.append("compressed" if after[0] > before[0] else
-                        next(k for k, v in after[1].items() if v > before[1].get(k, 0)))
-            if between:
-                mpicomp.allreduce(np.ones(between, np.float32), comm=comm, codec="auto")
-    finally:
-        mpicomp.config.auto_reprobe_s = 60.0
-    assert every_rank_has(comm, ways)
-    return ways
 
 
 def test_calls_turn_to_the_other_way_after_timing_both_side_by_side(comm):
