@@ -1,7 +1,8 @@
 """The multi-rank tests (tests/mpi, tests/torch/mpi, tests/optim/mpi) under a real mpiexec with
 2 and 3 ranks, and the core's (tests/mpi), the torch layer's (the "mpicomp" backend against
-gloo) and the optimizers' (uneven shards) with 4 too, the two-level collectives' at 6 (3 nodes of 2, 2 of 3),
-each with a timeout so that a hang fails instead of blocking. Three ranks take the agreement's
+gloo) and the optimizers' (uneven shards) with 4 too, the two-level collectives' and
+agreement's at 6 (3 nodes of 2, 2 of 3), each with a timeout so that a hang fails instead of
+blocking. Three ranks take the agreement's
 odd-count path, four its power-of-two rounds."""
 import os
 import sys
@@ -23,11 +24,11 @@ MPI_SETTINGS = {(4, "torch/mpi"): {"MPIR_CVAR_ENABLE_HEAVY_YIELD": "1"}}
 @pytest.mark.parametrize("n,suite", [(2, "mpi"), (3, "mpi"), (4, "mpi"),
                                      (2, "torch/mpi"), (3, "torch/mpi"), (4, "torch/mpi"),
                                      (2, "optim/mpi"), (3, "optim/mpi"), (4, "optim/mpi"),
-                                     (6, "mpi/test_nodes.py")])
+                                     (6, "mpi/test_nodes.py mpi/test_nodes_agreement.py")])
 def test_under_mpiexec(n, suite, tmp_path):
     env = {**os.environ, **MPI_SETTINGS.get((n, suite), {}), FAILURES: str(tmp_path)}
     r = mpiexec(n, sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--timeout=240",
-                "--timeout-method=thread", HERE / suite, timeout=900, env=env)
+                "--timeout-method=thread", *(HERE / s for s in suite.split()), timeout=900, env=env)
     failures = "".join(p.read_text() for p in sorted(tmp_path.glob("rank*.txt")))
     assert r.returncode == 0, f"mpiexec -n {n} {suite} failed:\n{r.stdout[-6000:]}\n{r.stderr[-6000:]}\n{failures}"
 

@@ -305,10 +305,11 @@ void allreduce_call(MPI_Comm comm, const void* x, void* y, const CollArgs& a, st
   // The data rides along with the agreement, summed at each recursive-doubling step (16-bit
   // floats as float32, everything else in its own type): when small, and on two ranks at any
   // size, since there recursive doubling moves no more data than MPI's reduce-scatter +
-  // allgather and saves a round of latency.
+  // allgather and saves a round of latency (codec auto's flat path, the MPI library's own
+  // allreduce, excepted above eager_bytes).
   MPI_Datatype mt = mpi_type(a.dtype);
-  sig.eager =
-      !sig.mpi_own && rides_agreement(sig, cfg, bytes <= cfg.eager_bytes, ci.size == 2 && mt != MPI_DATATYPE_NULL);
+  const bool small = bytes <= cfg.eager_bytes;
+  sig.eager = (small || !sig.mpi_own) && rides_agreement(sig, cfg, small, ci.size == 2 && mt != MPI_DATATYPE_NULL);
   if (a.engine && sig.wire == CodecId::none && (sig.eager || mt != MPI_DATATYPE_NULL))
     return via_host(Coll::allreduce, comm, x, bytes, y, bytes, a, cfg);
   rec.algo = sig.eager ? Algo::eager : Algo::mpi;

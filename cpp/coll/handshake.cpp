@@ -8,6 +8,8 @@
 #include "mpi_count.h"
 #include "mpi_util.h"
 #include "scratch.h"
+#include "stages.h"
+#include "topology.h"
 
 namespace mpicomp {
 namespace {
@@ -53,7 +55,7 @@ void add_payload(DType t, void* acc, const void* src, const void* in, size_t n) 
 
 // Per-thread scratch, kept between calls: an agreement allocates only when a payload grows.
 char* scratch(int which, size_t bytes) {
-  thread_local Scratch b[4];
+  thread_local Scratch b[5];
   return b[which].get(bytes);
 }
 
@@ -114,6 +116,7 @@ struct Exchange {
     size_t head = s.n - rest(s.n);
     if (head) std::memcpy(out + sizeof(Header), s.p, head);
     mpi_check(PMPI_Isend(out, int(sizeof(Header) + head), MPI_BYTE, peer, kTag, c, &r[0]), "MPI_Isend");
+    note_sent(s.n, peer);
     r[1] = MPI_REQUEST_NULL;
     if (rest(s.n))
       mpic::isend_bytes(static_cast<const char*>(s.p) + head, rest(s.n), peer, kDataTag, c, &r[1]);
@@ -176,31 +179,39 @@ struct Exchange {
   }
 };
 
-// Recursive doubling for any size (as MPICH's allreduce): the first 2 * rem ranks pair up,
-// the odd one handing its data to the even one, the pof2 that remain exchange with partners
-// at distance 1, 2, 4, ..., and the even ranks hand the result back. Sums exchange the whole
-// vector each round; a gather exchanges the blocks it holds, which are always a contiguous
-// run of ranks, received straight into place.
-void doubling(Exchange& ex, MPI_Comm c, const CommInfo& ci) {
+// Where a gather's blocks lie in `base`, B bytes each: unit u's (a rank's, or on two levels a
+// node's) from block first[u] on (first null: block shift + u), for u up to the group's size.
+struct Blocks {
+  char* base = nullptr;
+  size_t B = 0;
+  const int* first = nullptr;
+  int shift = 0;
+  char* at(int u) const { return base + size_t(first ? first[u] : shift + u) * B; }
+  Span units(int lo, int hi) const { return Span{at(lo), size_t(at(hi) - at(lo))}; }
+};
+
+// Recursive doubling among `size` ranks of c, this one `r` (as MPICH's allreduce): the first
+// 2 * rem ranks pair up, the odd one handing its data to the even one, the pof2 that remain
+// exchange with partners at distance 1, 2, 4, ..., and the even ranks hand the result back.
+// Sums exchange the whole vector each round; a gather exchanges the blocks it holds, which
+// are always a contiguous run of units, received straight into place.
+void doubling(Exchange& ex, MPI_Comm c, int r, int size, const Blocks& blk) {
   int pof2 = 1;
-  while (pof2 * 2 <= ci.size) pof2 *= 2;
-  const int rem = ci.size - pof2, r = ci.rank;
+  while (pof2 * 2 <= size) pof2 *= 2;
+  const int rem = size - pof2;
   const bool gather = ex.data.kind == Payload::gather;
-  char* out = static_cast<char*>(ex.data.out);
-  const size_t B = ex.data.count, bytes = gather ? B * ci.size : ex.data.count * ex.elem;
+  const size_t bytes = ex.data.count * ex.elem;
   char* tmp = gather ? nullptr : scratch(0, bytes);
-  auto first = [&](int nr) { return size_t(nr < rem ? 2 * nr : nr + rem); };  // a newrank's first rank
-  auto held = [&](int lo, int n) {  // blocks of newranks [lo, lo + n)
-    return Span{out + first(lo) * B, (first(std::min(lo + n, pof2)) - first(lo)) * B};
-  };
-  auto whole = [&] { return Span{const_cast<char*>(ex.src), bytes}; };
+  auto first = [&](int nr) { return nr < rem ? 2 * nr : nr + rem; };  // a newrank's first unit
+  auto held = [&](int lo, int n) { return blk.units(first(lo), first(std::min(lo + n, pof2))); };
+  auto whole = [&] { return gather ? blk.units(0, size) : Span{const_cast<char*>(ex.src), bytes}; };
   int nr = r - rem;
   if (r < 2 * rem) {
     nr = r % 2 ? -1 : r / 2;
     if (r % 2)
-      ex.send(c, r - 1, gather ? Span{out + r * B, B} : whole());
+      ex.send(c, r - 1, gather ? blk.units(r, r + 1) : whole());
     else if (gather)
-      ex.recv(c, r + 1, Span{out + (r + 1) * B, B});
+      ex.recv(c, r + 1, blk.units(r + 1, r + 2));
     else if (ex.recv(c, r + 1, Span{tmp, bytes}))
       ex.add(0, tmp, bytes);
   }
@@ -213,11 +224,79 @@ void doubling(Exchange& ex, MPI_Comm c, const CommInfo& ci) {
     }
   }
   if (r < 2 * rem) {
-    if (r % 2 == 0)
-      ex.send(c, r + 1, Span{out, bytes});
-    else
-      ex.recv(c, r - 1, Span{out, bytes});  // the result, straight into place
+    Span result = gather ? blk.units(0, size) : Span{ex.data.out, bytes};
+    if (r % 2 == 0) {
+      ex.send(c, r + 1, result);
+    } else {
+      ex.recv(c, r - 1, result);  // straight into place
+      ex.src = static_cast<const char*>(ex.data.out);  // what this rank sends on (two_levels)
+    }
   }
+}
+
+// Where the copies of a payload that a node's other lanes would send reach this many bytes,
+// it crosses between nodes once per node (two_levels): below, the extra round inside the node
+// costs more than those copies take on the link. Bench/netem's 2 nodes of 2, uncompressed
+// allreduce: at 1 Gbit/s 32 KiB took 558 us in every lane and 283-380 us in one, 16 KiB 285
+// and 234-271 us; at 10 Gbit/s, where a round inside these emulated nodes (TCP on 2 shared
+// cores) costs more than the link saves, 16-32 KiB took 184-301 and 241-366 us.
+constexpr size_t kOneLaneBytes = 16 * 1024;
+
+// On nodes of several ranks, in up to three phases, as MPI libraries' node-aware small
+// allreduces go (Open MPI's HAN, MPICH's compositions): (1) each node's ranks by recursive
+// doubling among themselves; (2) the ranks with the same index on every node (a lane), among
+// themselves: each then holds everything; (3) the node's first rank hands the outcome down
+// its node in a binomial tree, to the ranks that need it. On two levels (not Config::hierarchy
+// flat, nor codec auto's flat path), a payload whose other lanes' copies come to kOneLaneBytes
+// crosses in lane 0 only, the other lanes exchanging their headers alone, and all of the
+// node's ranks need phase 3: one copy per node on the network card instead of one per lane.
+// Others (the agreement alone included) cross in every lane, and only the ranks beyond the
+// smallest node's size (no lane) need phase 3: two phases, as doubling over all ranks.
+// Which ranks need phase 3 follows from what the node agreed in phase 1, so its ranks decide
+// alike: where they disagree, all of them take phase 3. A gather collects the blocks in node
+// order (node 0's ranks, then node 1's, ...): in place where that is rank order, else in
+// scratch, put in rank order at the end.
+void two_levels(Exchange& ex, const CommInfo& ci, const NodeLayout& L) {
+  thread_local std::vector<int> first, next, pos;
+  first.assign(L.nodes + 1, 0);
+  for (int n = 0; n < L.nodes; ++n) first[n + 1] = first[n] + L.node_size[n];
+  next.assign(first.begin(), first.end() - 1);
+  pos.resize(ci.size);
+  bool in_order = true;
+  for (int r = 0; r < ci.size; ++r) {
+    pos[r] = next[L.node_of[r]]++;
+    in_order = in_order && pos[r] == r;
+  }
+  const bool gather = ex.data.kind == Payload::gather;
+  const size_t B = ex.data.count;
+  char* out = static_cast<char*>(ex.data.out);
+  char* G = gather && !in_order ? scratch(4, B * ci.size) : out;
+  if (G != out) std::memcpy(G + pos[ci.rank] * B, out + ci.rank * B, B);
+  const Span result = gather ? Span{G, B * ci.size} : Span{out, B * ex.elem};
+
+  const int k = L.node_size[L.node];
+  Links inside(false);
+  doubling(ex, L.intra, L.local, k, Blocks{G, B, nullptr, first[L.node]});
+  const bool one_lane = !ex.mine.sig.flat && size_t(L.lanes - 1) * result.n >= kOneLaneBytes;
+  const bool node_agreed = ex.agreed();
+  if (L.local < L.lanes) {
+    Links across(true);
+    const bool header_only = one_lane && L.local > 0;
+    if (header_only) ex.data.count = 0;
+    doubling(ex, L.inter, L.node, L.nodes, Blocks{G, header_only ? 0 : B, first.data(), 0});
+    ex.data.count = B;
+  }
+  auto needs = [&](int local) { return local >= L.lanes || one_lane || !node_agreed; };
+  int mask = 1;
+  while (mask < k) mask <<= 1;
+  for (mask >>= 1; mask >= 1; mask >>= 1) {
+    if (L.local % (2 * mask) == 0 && L.local + mask < k && needs(L.local + mask))
+      ex.send(L.intra, L.local + mask, result);
+    else if (L.local % (2 * mask) == mask && needs(L.local))
+      ex.recv(L.intra, L.local - mask, result);
+  }
+  if (G != out)
+    for (int r = 0; r < ci.size; ++r) std::memcpy(out + r * B, G + pos[r] * B, B);
 }
 
 // Two ranks, a reduce-scatter: each sends the part the other keeps and adds the other's copy
@@ -273,10 +352,14 @@ bool exchange(MPI_Comm comm, const Signature& mine, const Payload& data, double*
     std::memcpy(data.out, data.in, data.count * ex.elem);
   }
   if (ci.size > 1) {
+    const NodeLayout& nodes = node_layout(comm);  // made by then: signature() asks for it
+    Links links(nodes);  // where the data goes, for the statistics (two_levels: by phase)
     if (data.kind == Payload::halve && ci.size == 2)
       halving(ex, comm, ci);
+    else if (nodes.hierarchical())
+      two_levels(ex, ci, nodes);
     else
-      doubling(ex, comm, ci);
+      doubling(ex, comm, ci.rank, ci.size, Blocks{static_cast<char*>(data.out), data.count});
   }
   if (mine.invalid || (ex.mine.flags & kDisagree)) {
     const Header& h = ex.mine;

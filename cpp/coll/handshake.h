@@ -1,5 +1,6 @@
 // Agreement before every collective: all ranks exchange what they are about to do (the
-// collective, codec, dtype, count, op) by recursive doubling, so a disagreement is found on
+// collective, codec, dtype, count, op) by recursive doubling (on nodes of several ranks, in
+// two levels: inside each node, between nodes, down each node), so a disagreement is found on
 // every rank, in log2(size) rounds, with every message matched: the communicator stays
 // usable. The same messages can carry an uncompressed collective's data (eager_collective:
 // small ones; on two ranks all), which then costs one exchange pattern in all.
@@ -34,10 +35,9 @@ struct Signature {
   // with host buffers meet in one call).
   uint8_t device = 0;
   // Uncompressed on the flat path that codec "auto" times apart from two levels (CollArgs::flat,
-  // Route::flat): not riding the agreement; for float32, the MPI library's own allreduce, as
-  // an unmodified program's (mpicomp's recursive doubling there sends whole vectors between nodes at each
-  // step: 2 nodes of 2 at 1 Gbit/s, 32 KiB, 558 us against MPICH's 280). Not compared: every
-  // rank derives it from the same model.
+  // Route::flat): above eager_bytes, not riding the agreement but the MPI library's own
+  // allreduce, as an unmodified program's (up to it, the data rides in every lane: `flat`).
+  // Not compared: every rank derives it from the same model.
   uint8_t mpi_own = 0;
   bool operator==(const Signature& o) const {
     return count == o.count && segment == o.segment && gpu_segment == o.gpu_segment && block == o.block &&

@@ -34,6 +34,10 @@ void waitall(std::vector<MPI_Request>& reqs) { wait_all(int(reqs.size()), reqs.d
 
 }  // namespace
 
+void note_sent(size_t bytes, int peer) {
+  if (t_links) (t_links->between(peer) ? t_sent.inter : t_sent.intra) += bytes;
+}
+
 Sent take_sent_bytes() {
   Sent b = t_sent;
   t_sent = Sent{};

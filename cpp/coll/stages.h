@@ -56,6 +56,10 @@ inline size_t part_bytes(Spec s, DType t, size_t len, size_t seg) {
 // lossless frame's own size included), for the statistics; split by node where a Links
 // scope said where the peers are.
 Sent take_sent_bytes();
+// Counts the data that mpicomp's messages outside the stages carried to peer (what rides the
+// agreement) by node, where a Links scope says where the peers are; not in Sent::bytes, which
+// bytes_wire reads for compressed calls only.
+void note_sent(size_t bytes, int peer);
 
 // While one is alive, this thread's stages count what they send to a peer as crossing
 // between nodes or not: by the peer's node in `layout` (stages on the communicator the

@@ -129,41 +129,44 @@ def test_on_nodes_the_probe_times_the_flat_hierarchy_where_it_is_another_path(co
     assert every_rank_has(comm, m)
 
 
-def install_four_paths(comm):
-    """On nodes of 2: at 16 KiB uncompressed flat, MPI's own allreduce, not riding the agreement
-    (eager_bytes is 32 KiB); at 32 KiB int8 on two levels; at 128 KiB uncompressed on two
-    levels; at 256 KiB int8 flat. Seconds."""
+def install_five_paths(comm):
+    """On nodes of 2: at 16 KiB uncompressed flat, riding the agreement in every lane
+    (eager_bytes is 32 KiB); at 32 KiB int8 on two levels; at 64 KiB uncompressed flat, MPI's
+    own allreduce; at 128 KiB uncompressed on two levels; at 256 KiB int8 flat. Seconds."""
     mpicomp.config.ranks_per_node = 2
     kib = 1024.0
-    install(comm, [100e-6] * 4, [300e-6, 40e-6, 300e-6, 300e-6], sizes=[16 * kib, 32 * kib, 128 * kib, 256 * kib],
-            plain_flat=[50e-6, 100e-6, 200e-6, 200e-6], packed_flat=[300e-6, 200e-6, 300e-6, 30e-6])
+    install(comm, [100e-6] * 5, [300e-6, 40e-6, 300e-6, 300e-6, 300e-6],
+            sizes=[16 * kib, 32 * kib, 64 * kib, 128 * kib, 256 * kib],
+            plain_flat=[50e-6, 100e-6, 50e-6, 200e-6, 200e-6], packed_flat=[300e-6, 200e-6, 300e-6, 300e-6, 30e-6])
 
 
 @needs_nodes
 def test_on_nodes_each_way_takes_the_hierarchy_the_model_says(comm):
-    install_four_paths(comm)
-    assert mpicomp.auto.model(comm)["describe"].endswith("; flat hierarchy: uncompressed 16.0 KiB; int8 256.0 KiB")
+    install_five_paths(comm)
+    said = mpicomp.auto.model(comm)["describe"]
+    assert said.endswith("; flat hierarchy: uncompressed 16.0 KiB, 64.0 KiB; int8 256.0 KiB")
     mpicomp.reset_stats()
-    for k in (16, 32, 128, 256):
+    for k in (16, 32, 64, 128, 256):
         n = k * 256  # float32 elements
         xs = [np.random.default_rng([k, r]).standard_normal(n).astype(np.float32) for r in range(comm.size)]
         y = mpicomp.allreduce(xs[comm.rank], comm=comm, codec="auto")
         exact = np.sum(xs, axis=0, dtype=np.float64)
         assert np.all(np.abs(y - exact) <= 0.05 * comm.size * np.abs(exact).max()), k
-        if k in (16, 128):
+        if k in (16, 64, 128):
             np.testing.assert_allclose(y, exact, rtol=1e-5, atol=1e-5)
     s = mpicomp.stats()["allreduce"]
-    assert s["compressed"] == 2 and dict(s["skipped"]) == {"auto_small": 2}
-    assert dict(s["algorithms"]) == {"two_level": 2, "mpi": 1, "flat": 1}
+    assert s["compressed"] == 2 and dict(s["skipped"]) == {"auto_small": 3}
+    assert dict(s["algorithms"]) == {"eager": 1, "two_level": 2, "mpi": 1, "flat": 1}
 
 
 @needs_nodes
-@pytest.mark.parametrize("kib,algorithm", [(16, "mpi"), (32, "two_level"), (128, "two_level"), (256, "flat")])
+@pytest.mark.parametrize("kib,algorithm", [(16, "eager"), (32, "two_level"), (64, "mpi"), (128, "two_level"),
+                                           (256, "flat")])
 def test_on_nodes_a_stalled_rank_makes_the_others_raise_on_each_path(comm, kib, algorithm):
     """config.timeout_s on each path auto takes on nodes: the ranks waiting for one that never
     arrives raise CommTimeoutError, none hangs, the communicator is refused after; a fresh one
     works."""
-    install_four_paths(comm)
+    install_five_paths(comm)
     x = np.ones(kib * 256, np.float32)
     mpicomp.config.timeout_s = 1.0
     mpicomp.reset_stats()
@@ -178,7 +181,7 @@ def test_on_nodes_a_stalled_rank_makes_the_others_raise_on_each_path(comm, kib, 
             mpicomp.allreduce(x, comm=comm, codec="auto")
     WORLD.Barrier()
     fresh = WORLD.Dup()
-    install_four_paths(fresh)
+    install_five_paths(fresh)
     np.testing.assert_allclose(mpicomp.allreduce(x, comm=fresh, codec="auto"), comm.size, rtol=1e-2)
     fresh.Free()
 
