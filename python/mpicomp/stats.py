@@ -31,8 +31,8 @@ def stats():
     "allreduce", "reduce_scatter", "allgather" and "send/recv", each a dict of ``calls``,
     ``compressed``, ``bytes_in``, ``bytes_wire``, ``bytes_plain`` (what the same calls send
     uncompressed: bytes_plain / bytes_wire is the saving), ``bytes_inter`` and
-    ``bytes_intra`` (of bytes_wire, what mpicomp's own messages carried to other nodes and
-    inside this one; MPI's own calls, the uncompressed ones, count in neither),
+    ``bytes_intra`` (what mpicomp's own messages carried to other nodes and inside this one,
+    the data that rides the agreement included; MPI's own calls count in neither),
     ``algorithms`` (how calls ran -> calls: "eager", "mpi", "flat", "two_level"),
     ``seconds``, ``skipped`` (reason -> uncompressed calls), ``probes`` and
     ``probe_seconds`` (codec "auto"'s measurements and their time). docs/cluster.md: nodes and their two levels."""
