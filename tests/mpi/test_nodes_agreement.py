@@ -6,6 +6,7 @@ then collects in node order and puts the blocks back in rank order); ranks that 
 on every rank and the communicator works for the next call, as on one node
 (test_mismatch.py). tests/test_mpi_launch.py runs this file at 4 and 6 ranks too."""
 import functools
+import time
 
 import numpy as np
 import pytest
@@ -28,24 +29,32 @@ def elements(payload, dtype, parts=1):
     return payload // size // parts * parts
 
 
+ORDERS = ("in order", "reversed", "interleaved")
+LAYOUTS = [k for k in (2, 3) if k < WORLD.size]  # ranks per node: two levels on this run's ranks
+
+
+def layout_comm(k, order):
+    """A new communicator laid out in blocks of k world ranks, its ranks in the world's order,
+    reversed, or interleaved (the first rank of every node, then the second, ...), where the
+    ranks of a node are not next to each other."""
+    nodes = -(-WORLD.size // k)
+    key = {"in order": WORLD.rank, "reversed": WORLD.size - WORLD.rank,
+           "interleaved": WORLD.rank % k * nodes + WORLD.rank // k}[order]
+    with config(ranks_per_node=k):
+        c = WORLD.Split(0, key)
+        assert mpicomp.node_layout(c).ranks_per_node == k
+    return c
+
+
 @functools.cache
 def layout_comms(k):
-    """Communicators laid out in blocks of k world ranks, made once on every rank: the world's
-    order, reversed, and interleaved (the first rank of every node, then the second, ...), where
-    the ranks of a node are not next to each other."""
-    nodes = -(-WORLD.size // k)
-    with config(ranks_per_node=k):
-        comms = {"in order": WORLD.Dup(),
-                 "reversed": WORLD.Split(0, WORLD.size - WORLD.rank),
-                 "interleaved": WORLD.Split(0, WORLD.rank % k * nodes + WORLD.rank // k)}
-        for c in comms.values():
-            assert mpicomp.node_layout(c).ranks_per_node == k
-    return comms
+    """layout_comm(k, order) for every order, made once on every rank."""
+    return {order: layout_comm(k, order) for order in ORDERS}
 
 
 def node_comms():
-    """(k, name, communicator) for every layout of two levels this run can make."""
-    return [(k, name, c) for k in (2, 3) if k < WORLD.size for name, c in layout_comms(k).items()]
+    """(k, order, communicator) for every layout of two levels this run can make."""
+    return [(k, name, c) for k in LAYOUTS for name, c in layout_comms(k).items()]
 
 
 def test_interleaved_layout_is_not_in_rank_order():
@@ -194,3 +203,29 @@ def test_ranks_that_disagree_on_the_hierarchy_of_a_small_sum_raise_everywhere(od
                 mpicomp.allreduce(np.ones(6000, np.float32), comm=comm, codec="none")
         check_still_works(comm)
         check_still_works(comm, "allgather")
+
+
+@pytest.mark.parametrize("stalled", ["first", "last"])
+@pytest.mark.parametrize("n", [1000, 6000])
+def test_a_stalled_rank_makes_the_others_raise_on_nodes(n, stalled):
+    """config.timeout_s with the data riding the agreement by node, in every lane (4 KB) and in
+    one (24 KB): the ranks waiting for one that never arrives (a node's first rank, which
+    hands the sum down, or the last rank) raise CommTimeoutError, none hangs; a fresh
+    communicator then works."""
+    x = np.ones(n, np.float32)
+    for k in LAYOUTS:
+        comm = layout_comm(k, "interleaved")  # one wait of the timeout per layout is enough
+        which = 0 if stalled == "first" else comm.size - 1
+        with config(timeout_s=1.0):
+            mpicomp.reset_stats()
+            mpicomp.allreduce(x, comm=comm, codec="none")  # set-up: MPI's blocking Comm_dup
+            assert mpicomp.stats()["allreduce"]["algorithms"] == {"eager": 1}
+            if comm.rank != which:
+                t0 = time.perf_counter()
+                with pytest.raises(mpicomp.CommTimeoutError, match="timeout_s"):
+                    mpicomp.allreduce(x, comm=comm, codec="none")
+                assert time.perf_counter() - t0 < 11
+            WORLD.Barrier()
+        fresh = WORLD.Dup()
+        assert np.array_equal(mpicomp.allreduce(x, comm=fresh, codec="none"), np.full(n, comm.size, np.float32))
+        fresh.Free()
