@@ -204,7 +204,7 @@ void doubling(Exchange& ex, MPI_Comm c, int r, int size, const Blocks& blk) {
   char* tmp = gather ? nullptr : scratch(0, bytes);
   auto first = [&](int nr) { return nr < rem ? 2 * nr : nr + rem; };  // a newrank's first unit
   auto held = [&](int lo, int n) { return blk.units(first(lo), first(std::min(lo + n, pof2))); };
-  auto whole = [&] { return gather ? blk.units(0, size) : Span{const_cast<char*>(ex.src), bytes}; };
+  auto whole = [&] { return Span{const_cast<char*>(ex.src), bytes}; };  // a sum's
   int nr = r - rem;
   if (r < 2 * rem) {
     nr = r % 2 ? -1 : r / 2;
@@ -257,21 +257,12 @@ constexpr size_t kOneLaneBytes = 16 * 1024;
 // order (node 0's ranks, then node 1's, ...): in place where that is rank order, else in
 // scratch, put in rank order at the end.
 void two_levels(Exchange& ex, const CommInfo& ci, const NodeLayout& L) {
-  thread_local std::vector<int> first, next, pos;
-  first.assign(L.nodes + 1, 0);
-  for (int n = 0; n < L.nodes; ++n) first[n + 1] = first[n] + L.node_size[n];
-  next.assign(first.begin(), first.end() - 1);
-  pos.resize(ci.size);
-  bool in_order = true;
-  for (int r = 0; r < ci.size; ++r) {
-    pos[r] = next[L.node_of[r]]++;
-    in_order = in_order && pos[r] == r;
-  }
+  const std::vector<int>& first = L.node_first;
   const bool gather = ex.data.kind == Payload::gather;
   const size_t B = ex.data.count;
   char* out = static_cast<char*>(ex.data.out);
-  char* G = gather && !in_order ? scratch(4, B * ci.size) : out;
-  if (G != out) std::memcpy(G + pos[ci.rank] * B, out + ci.rank * B, B);
+  char* G = gather && !L.node_ordered ? scratch(4, B * ci.size) : out;
+  if (G != out) std::memcpy(G + size_t(first[L.node] + L.local) * B, out + ci.rank * B, B);
   const Span result = gather ? Span{G, B * ci.size} : Span{out, B * ex.elem};
 
   const int k = L.node_size[L.node];
@@ -296,7 +287,7 @@ void two_levels(Exchange& ex, const CommInfo& ci, const NodeLayout& L) {
       ex.recv(L.intra, L.local - mask, result);
   }
   if (G != out)
-    for (int r = 0; r < ci.size; ++r) std::memcpy(out + r * B, G + pos[r] * B, B);
+    for (int at = 0; at < ci.size; ++at) std::memcpy(out + L.order[at] * B, G + at * B, B);
 }
 
 // Two ranks, a reduce-scatter: each sends the part the other keeps and adds the other's copy

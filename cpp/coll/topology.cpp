@@ -92,6 +92,15 @@ const NodeLayout& node_layout(MPI_Comm comm) {
     ++L->node_size[it->second];
   }
   L->nodes = int(index.size());
+  L->node_first.assign(L->nodes + 1, 0);
+  for (int n = 0; n < L->nodes; ++n) L->node_first[n + 1] = L->node_first[n] + L->node_size[n];
+  std::vector<int> next(L->node_first.begin(), L->node_first.end() - 1);
+  L->order.resize(size);
+  for (int j = 0; j < size; ++j) {
+    const int at = next[L->node_of[j]]++;
+    L->order[at] = j;
+    L->node_ordered = L->node_ordered && at == j;
+  }
   L->node = L->node_of[rank];
   L->lanes = *std::min_element(L->node_size.begin(), L->node_size.end());
   mpi_check(PMPI_Comm_split(comm, L->node, rank, &L->intra), "MPI_Comm_split");

@@ -18,6 +18,12 @@ struct NodeLayout {
   std::vector<int> node_size;  // per node: its ranks
   int node = 0, local = 0;     // this rank's node and its index among that node's ranks
   int lanes = 1;               // the smallest node's size: ranks with local < lanes move data between nodes
+  // Node order (node 0's ranks, then node 1's, ..., each node's in rank order): the ranks in
+  // it, and where each node's start (and one past the last); node_ordered: it is rank order.
+  std::vector<int> order, node_first;
+  bool node_ordered = true;
+  // The j-th rank of node m.
+  int rank_at(int m, int j) const { return order[size_t(node_first[size_t(m)] + j)]; }
   size_t ranks_per_node = 0;   // Config::ranks_per_node it was made with (0: the MPI library's nodes)
   MPI_Comm intra = MPI_COMM_NULL;  // this node's ranks, by rank
   MPI_Comm inter = MPI_COMM_NULL;  // ranks with index `local` on each node, by node; null for local >= lanes

@@ -24,13 +24,6 @@ struct TileCut {
   Layout in, x;
 };
 
-// The ranks of each node in rank order: members[m][j] is the j-th rank of node m.
-std::vector<std::vector<int>> members(const NodeLayout& N) {
-  std::vector<std::vector<int>> m(size_t(N.nodes));
-  for (size_t r = 0; r < N.node_of.size(); ++r) m[size_t(N.node_of[r])].push_back(int(r));
-  return m;
-}
-
 // `parts` parts of len elements, part j at at(j): the same tile of each rank's block.
 template <class F>
 Layout placed(int parts, size_t len, size_t seg, F&& at) {
@@ -120,7 +113,6 @@ bool two_level_blocks(const NodeLayout& N) { return N.hierarchical() && size_t(N
 void two_level_reduce_scatter(const NodeLayout& N, Engine& e, const Tiling& T, const void* x, void* y, size_t count,
                               float* res, double scale, FrameDamage& damage) {
   const CommInfo in_ci(N.intra), x_ci(N.inter);
-  const auto M = members(N);
   const size_t dts = dtype_size(T.dtype);
   const size_t as = dtype_size(T.sum_t);
   // The node's sums (dtype T.sum_t) of the blocks this rank carries, node by node: S[m * count
@@ -145,7 +137,8 @@ void two_level_reduce_scatter(const NodeLayout& N, Engine& e, const Tiling& T, c
       Links links(false);
       for (int m = 0; m < N.nodes; ++m)
         ReduceScatterStage(N.intra, in_ci, e, Spec{}, T.dtype,
-                           placed(N.lanes, len, T.seg_none, [&](int j) { return size_t(M[m][j]) * count + first; }),
+                           placed(N.lanes, len, T.seg_none,
+                                  [&](int j) { return size_t(N.rank_at(m, j)) * count + first; }),
                            x, nullptr, T.sum_t, S + (size_t(m) * count + first) * as, damage, 2)
             .finish();
     }
@@ -162,7 +155,6 @@ void two_level_reduce_scatter(const NodeLayout& N, Engine& e, const Tiling& T, c
 void two_level_allgather(const NodeLayout& N, Engine& e, const Tiling& T, const void* x, void* y, size_t count,
                          float* res, FrameDamage& damage) {
   const CommInfo in_ci(N.intra), x_ci(N.inter);
-  const auto M = members(N);
   const size_t dts = dtype_size(T.dtype);
   char* yb = static_cast<char*>(y);
   // Tile t of the blocks of this rank's index on every node crosses between nodes (wire
@@ -171,8 +163,9 @@ void two_level_allgather(const NodeLayout& N, Engine& e, const Tiling& T, const 
     Links links(false);
     for (int m = 0; m < N.nodes; ++m)
       AllgatherStage(N.intra, in_ci, e, Spec{}, T.dtype,
-                     placed(N.lanes, len, T.seg_none, [&](int j) { return size_t(M[m][j]) * count + first; }),
-                     yb + (size_t(M[m][N.local]) * count + first) * dts, nullptr, T.dtype, y, 1.f, T.stream, damage, 2)
+                     placed(N.lanes, len, T.seg_none, [&](int j) { return size_t(N.rank_at(m, j)) * count + first; }),
+                     yb + (size_t(N.rank_at(m, N.local)) * count + first) * dts, nullptr, T.dtype, y, 1.f, T.stream,
+                     damage, 2)
           .finish();
   };
   std::optional<size_t> prev;
@@ -182,7 +175,7 @@ void two_level_allgather(const NodeLayout& N, Engine& e, const Tiling& T, const 
     {
       Links links(true);
       b.emplace(N.inter, x_ci, e, T.wire, T.dtype,
-                placed(N.nodes, len, T.seg, [&](int m) { return size_t(M[m][N.local]) * count + first; }),
+                placed(N.nodes, len, T.seg, [&](int m) { return size_t(N.rank_at(m, N.local)) * count + first; }),
                 static_cast<const char*>(x) + first * dts, res ? res + first : nullptr, T.dtype, y, 1.f, T.stream,
                 damage, 0);
     }
