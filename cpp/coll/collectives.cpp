@@ -40,15 +40,17 @@ struct Counted {
 thread_local Counted t_counted;
 
 // Sets one of those flags for its lifetime, whether the calls inside return or throw.
+// (Nested: an allreduce in pieces, each of which may go via_host.)
 class Inside {
  public:
-  explicit Inside(bool& flag) : flag_(flag) { flag_ = true; }
-  ~Inside() { flag_ = false; }
+  explicit Inside(bool& flag) : flag_(flag), was_(flag) { flag_ = true; }
+  ~Inside() { flag_ = was_; }
   Inside(const Inside&) = delete;
   Inside& operator=(const Inside&) = delete;
 
  private:
   bool& flag_;
+  bool was_;
 };
 
 // What travels: the codec asked for, except where a policy says compression cannot pay
@@ -96,13 +98,15 @@ Signature signature(Coll coll, const CollArgs& a, const CommInfo& ci, const Conf
 // the call set.
 class Recorder {
  public:
+  // A call inside another (t_inner) leaves the bytes it sends to the outer one's count.
   Recorder(Coll coll, const CommInfo& ci, size_t bytes_in, const std::optional<Skip>& skip)
       : coll_(coll), size_(ci.size), bytes_in_(bytes_in), skip_(skip), t0_(std::chrono::steady_clock::now()) {
-    take_sent_bytes();
+    if (!t_inner) take_sent_bytes();
   }
   ~Recorder() {
+    if (t_inner) return;
     Sent sent = take_sent_bytes();
-    if (t_inner || t_probe || std::uncaught_exceptions()) return;
+    if (t_probe || std::uncaught_exceptions()) return;
     t_counted = {std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(), bytes_in_};
     stats_record(coll_, size_, bytes_in_, sent, algo, t_counted.seconds, skip_ ? &*skip_ : nullptr);
   }
@@ -179,6 +183,41 @@ void via_host(Coll coll, MPI_Comm comm, const void* x, size_t x_bytes, void* y, 
     throw;
   }
   e.copy(y, hy, y_bytes, false);
+}
+
+// An uncompressed allreduce whose data MPI moves (`by_host`) and that is larger than what an
+// engine keeps staged for it (cache_bytes, input and output) goes in pieces that fit: a GPU
+// rank's copies then run between device and pinned memory, rather than through pageable
+// memory allocated for the call and freed after it (one H100, 2 ranks, codec none at
+// 256 MiB: 0.31x MPI's allreduce staged through pinned memory). Host ranks cut alike, so that
+// ranks with GPU and with host buffers still meet in every message. Elements per piece, or
+// 0: the call goes whole (also where cache_bytes leaves pieces under kMinPiece).
+constexpr size_t kMinPiece = size_t(1) << 20;
+size_t piece_count(const CollArgs& a, const Signature& sig, const Config& cfg, bool by_host) {
+  const size_t half = cfg.cache_bytes / 2, elem = dtype_size(a.dtype);
+  // (Codec auto runs on host buffers only; codec bound's sums may run again, compressed.)
+  if (!by_host || a.adaptive || sig.codec == CodecId::bound || half < kMinPiece || a.count * elem <= half) return 0;
+  return half / elem;
+}
+
+void allreduce_call(MPI_Comm comm, const void* x, void* y, const CollArgs& a, std::optional<Skip>& skip);
+
+// The pieces, each a call of its own (counted as part of this one): agreed first as a whole,
+// piece size included, so that ranks that disagree on the call (or on cache_bytes) learn it
+// with its own counts rather than meet in pieces on some ranks and one call on others.
+void in_pieces(MPI_Comm comm, Signature sig, const void* x, void* y, const CollArgs& a, size_t piece) {
+  const size_t elem = dtype_size(a.dtype);
+  sig.eager = false;
+  sig.segment = piece * elem;
+  agree(comm, sig);
+  Inside inner(t_inner);
+  CollArgs p = a;
+  for (size_t first = 0; first < a.count; first += piece) {
+    p.count = std::min(piece, a.count - first);
+    if (a.residual) p.residual = a.residual + first;
+    std::optional<Skip> skip;
+    allreduce_call(comm, static_cast<const char*>(x) + first * elem, static_cast<char*>(y) + first * elem, p, skip);
+  }
 }
 
 // Sums n elements of x (dtype t) over all ranks inside the agreement (sig.eager), and stores
@@ -310,8 +349,12 @@ void allreduce_call(MPI_Comm comm, const void* x, void* y, const CollArgs& a, st
   MPI_Datatype mt = mpi_type(a.dtype);
   const bool small = bytes <= cfg.eager_bytes;
   sig.eager = (small || !sig.mpi_own) && rides_agreement(sig, cfg, small, ci.size == 2 && mt != MPI_DATATYPE_NULL);
-  if (a.engine && sig.wire == CodecId::none && (sig.eager || mt != MPI_DATATYPE_NULL))
-    return via_host(Coll::allreduce, comm, x, bytes, y, bytes, a, cfg);
+  const bool by_host = sig.wire == CodecId::none && (sig.eager || mt != MPI_DATATYPE_NULL);
+  if (const size_t piece = piece_count(a, sig, cfg, by_host)) {
+    rec.algo = sig.eager ? Algo::eager : Algo::mpi;
+    return in_pieces(comm, sig, x, y, a, piece);
+  }
+  if (a.engine && by_host) return via_host(Coll::allreduce, comm, x, bytes, y, bytes, a, cfg);
   rec.algo = sig.eager ? Algo::eager : Algo::mpi;
   double top = 0;
   double* most = largest_input(a, sig, x, a.count, top);

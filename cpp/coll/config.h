@@ -34,7 +34,8 @@ struct Config {
   double timeout_s = 0;
   // Scratch bytes a thread keeps between calls (scratch.h); the rest is freed after each
   // call. Large enough for a torch DDP bucket's buffers (25 MiB of float32) many times over, so
-  // a training loop allocates nothing. Does not shape the wire.
+  // a training loop allocates nothing. Shapes the wire of one kind of call only: an
+  // uncompressed allreduce above it goes in pieces of half of it (agreed).
   size_t cache_bytes = size_t(128) << 20;
   // automatic: on communicators spanning more than one node with more than one rank on some
   // node, allreduce runs in two levels: exact inside each node, compressed between nodes, so

@@ -311,7 +311,9 @@ std::string describe(const Signature& s) {
                   " with codec " + (s.adaptive ? "auto:" : "") + codec_name(s.codec);
   if (is_blockwise(s.codec)) d += " (block " + std::to_string(s.block) + ")";
   if (s.wire != s.codec) d += " sent as " + std::string(codec_name(s.wire));
-  if (s.segment)
+  if (s.segment && s.wire == CodecId::none && s.codec != CodecId::bound)  // collectives.cpp: in_pieces
+    d += " in pieces of " + std::to_string(s.segment) + " bytes (cache_bytes / 2)";
+  else if (s.segment)
     d += " in segments of " + std::to_string(s.segment) + " bytes (" + std::to_string(s.gpu_segment) +
          " with GPU buffers)";
   if (s.coll == Coll::allreduce || s.coll == Coll::reduce_scatter) d += s.avg ? ", op avg" : ", op sum";

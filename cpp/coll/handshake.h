@@ -18,7 +18,8 @@ namespace mpicomp {
 // What one rank intends; all ranks of one call must send equal signatures.
 struct Signature {
   uint64_t count = 0;   // elements of the input on this rank
-  uint64_t segment = 0; // Config::segment_bytes when compressed: the pipeline's message sizes follow from it
+  uint64_t segment = 0; // Config::segment_bytes when compressed: the pipeline's message sizes follow from it;
+                        // uncompressed, the pieces of an allreduce above cache_bytes (collectives.cpp)
   uint64_t gpu_segment = 0; // Config::gpu_segment_bytes when compressed: the segment where any rank has `device`
   uint32_t block = 0;
   Coll coll = Coll::allreduce;

@@ -65,7 +65,9 @@ attribute              environment variable            meaning
                                                        call, largest first. Default 128 MiB.
                                                        GPU buffers: uncompressed calls whose
                                                        input and output fit it keep pinned host
-                                                       memory of that size as well.
+                                                       memory of that size as well; a larger
+                                                       uncompressed allreduce goes in pieces of
+                                                       half of it (on every rank).
 ``hierarchy``          ``MPICOMP_HIERARCHY``           "auto": on a communicator spanning several
                                                        nodes with several ranks on some node,
                                                        allreduce runs in two levels: exact inside

@@ -148,6 +148,20 @@ def mixed():
             expect(got.tobytes() == want.tobytes(), f"{name} codec {codec} {np.dtype(dtype).name} n {n}: rank 0 on "
                                                     f"the host, the others on the GPU")
     cfg.gpu_segment_bytes = cfg.segment_bytes
+    # Above cache_bytes an uncompressed allreduce goes in pieces that fit the pinned staging,
+    # on the GPU and the host ranks alike (here 1 MiB pieces of 2.8 MB, rank 0 in place)
+    kept, cfg.cache_bytes = cfg.cache_bytes, 2 << 20
+    for op in ("sum", "avg"):
+        x = data(700_001, np.float32, 9)
+        want = mpicomp.allreduce(x, codec="none", op=op)
+        if rank == 0:
+            got = mpicomp.allreduce(x, codec="none", op=op, out=x)
+        else:
+            dy = DeviceArray(np.zeros_like(x))
+            mpicomp.allreduce(DeviceArray(x), codec="none", op=op, out=dy)
+            got = dy.get()
+        expect(got.tobytes() == want.tobytes(), f"allreduce codec none {op} in pieces: rank 0 on the host")
+    cfg.cache_bytes = kept
 
 
 def codec_kernels():

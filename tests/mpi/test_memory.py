@@ -2,12 +2,14 @@
 keeps after a call is capped by config.cache_bytes (MPICOMP_CACHE_BYTES); 10,000 calls of mixed
 sizes leave resident memory flat."""
 import os
+import re
 
 import numpy as np
+import pytest
 
 import mpicomp
 from mpicomp import _core
-from _mpiutil import WORLD
+from _mpiutil import WORLD, comm_of, data
 
 MiB = 1 << 20
 
@@ -47,6 +49,57 @@ def test_repeated_calls_keep_their_buffers():
     assert held > 0
     mpicomp.allreduce(x, comm=WORLD, codec="int8")
     assert _core.scratch_held() == held
+
+
+@pytest.mark.parametrize("dtype, op, in_place", [(np.float32, "sum", False), (np.float64, "avg", False),
+                                                 (np.float16, "sum", True), (np.int32, "sum", False)])
+@pytest.mark.parametrize("kind", ["world", "split"])
+def test_uncompressed_allreduce_above_the_cache_goes_in_pieces(kind, dtype, op, in_place):
+    """An uncompressed allreduce larger than cache_bytes (input and output) goes in pieces of
+    half of it, each staged as a call that fits (a GPU's pinned buffers): the result is the
+    whole call's, counted as one call, and no more than the cap is kept after it. 2 MiB:
+    pieces of 1 MiB, the smallest cut."""
+    comm = comm_of(kind)
+    mpicomp.config.cache_bytes = 2 * MiB
+    n = (5 * MiB) // np.dtype(dtype).itemsize + 3  # two whole pieces and a part, and an odd tail
+    x64 = np.round(data(comm, n, "pieces") * 8) if dtype == np.int32 else data(comm, n, "pieces")
+    x = x64.astype(dtype)
+    want = comm.allreduce(x.astype(np.float64))
+    if op == "avg":
+        want /= comm.Get_size()
+    mpicomp.reset_stats()
+    y = mpicomp.allreduce(x, comm=comm, codec="none", op=op, **({"out": x} if in_place else {}))
+    calls = mpicomp.stats()["allreduce"]["calls"]
+    tol = 0 if dtype == np.int32 else np.finfo(dtype).eps * comm.Get_size() * np.abs(want).max()
+    assert np.abs(y.astype(np.float64) - want.astype(dtype).astype(np.float64)).max() <= tol
+    assert calls == 1 and _core.scratch_held() <= 2 * MiB
+
+
+def test_pieces_on_ranks_that_disagree_name_the_whole_counts():
+    """A call that goes in pieces is agreed as a whole first: a rank with a count of its own
+    learns it with both counts, not a piece's."""
+    mpicomp.config.cache_bytes = 2 * MiB
+    n = MiB + 1000 * WORLD.Get_rank()
+    with pytest.raises(mpicomp.ShapeMismatchError) as e:
+        mpicomp.allreduce(np.ones(n, np.float32), comm=WORLD, codec="none")
+    named = [(int(a), int(c)) for a, c in re.findall(r"rank (\d+) allreduce of (\d+)", str(e.value))]
+    assert len(named) == 2 and all(c == MiB + 1000 * a for a, c in named), str(e.value)
+    assert mpicomp.allreduce(np.ones(n - 1000 * WORLD.Get_rank(), np.float32), comm=WORLD, codec="none")[-1] == \
+        WORLD.Get_size()
+
+
+def test_ranks_whose_cache_differs_are_told_rather_than_meet_in_pieces_and_whole():
+    """cache_bytes shapes the wire of an uncompressed allreduce above it: a rank that would
+    cut it in pieces while the others send it whole (one MPI_Allreduce against several calls:
+    a hang) raises ShapeMismatchError on every rank, naming the pieces, and the next call
+    works."""
+    rank, size = WORLD.Get_rank(), WORLD.Get_size()
+    mpicomp.config.cache_bytes = 2 * MiB if rank == 0 else 128 * MiB
+    x = np.ones(MiB + 7, np.float32)
+    with pytest.raises(mpicomp.ShapeMismatchError, match=f"pieces of {MiB} bytes"):
+        mpicomp.allreduce(x, comm=WORLD, codec="none")
+    mpicomp.config.cache_bytes = 2 * MiB
+    assert (mpicomp.allreduce(x, comm=WORLD, codec="none") == size).all()
 
 
 def test_ten_thousand_mixed_calls_keep_memory_flat():
