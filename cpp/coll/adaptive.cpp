@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <limits>
 #include <map>
@@ -198,11 +199,15 @@ void probe(MPI_Comm comm, Coll coll, const CollArgs& a, const void* x, size_t by
 void measure_further(MPI_Comm comm, Coll coll, const CollArgs& a, const void* x, size_t bytes_in,
                      const ProbeRun& run, Entry& e) {
   const double b = double(bytes_in);
-  const std::array<bool, 2> differs = {e.model.has_flat(false), e.model.has_flat(true)};
+  // The paths the model has, timed where they differ (a settings change since: all of them).
+  std::array<size_t, 2> differs = flat_differs(coll, comm, a);
+  for (int packed = 0; packed < 2; ++packed)
+    differs[packed] = !e.model.has_flat(packed) ? 0 : differs[packed] ? differs[packed] : SIZE_MAX;
   const AutoModel& m = e.model;
   double one_each = 0;
   for (int packed = 0; packed < 2; ++packed)
-    for (int flat = 0; flat <= int(differs[packed]); ++flat) one_each += m.predict(packed, flat, b);
+    for (int flat = 0; flat <= int(differs[packed] > 0 && b <= double(differs[packed])); ++flat)
+      one_each += m.predict(packed, flat, b);
   if (cost(kMinBatch, one_each) > kProbeBudget) return;
   const auto t0 = Clock::now();
   std::vector<char> in, out;

@@ -27,6 +27,7 @@
 
 #include <array>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -45,6 +46,9 @@ namespace mpicomp {
 struct AutoModel {
   std::vector<double> bytes, plain, packed;  // seconds uncompressed and compressed at each size
   std::vector<double> plain_flat, packed_flat;  // the same on the flat hierarchy; empty: no other path
+  // Above these bytes the flat uncompressed path is the two-level one (flat_differs: MPI's own
+  // collective either way), and is taken: the interposer then hands the call to MPI untouched.
+  double plain_same = std::numeric_limits<double>::infinity();
   const std::vector<double>& times(bool compressed, bool flat) const {
     return flat ? (compressed ? packed_flat : plain_flat) : (compressed ? packed : plain);
   }
@@ -111,11 +115,13 @@ using ProbeRun = std::function<void(const CollArgs&, const void* x, void* y)>;
 void auto_after(MPI_Comm comm, Coll coll, const CollArgs& a, const void* x, size_t bytes_in,
                 std::optional<Skip> skip, double seconds, const ProbeRun& run);
 
-// Whether the flat hierarchy (CollArgs::flat) is another path than the one Config::hierarchy
-// sets, for a call of coll uncompressed and compressed: measured too where it is (uncompressed,
-// only float32 allreduce on nodes that only Config::ranks_per_node tells of, whose flat path is
-// MPI's own allreduce). Defined with the paths, in collectives.cpp.
-std::array<bool, 2> flat_differs(Coll coll, MPI_Comm comm, const CollArgs& a);
+// Up to which bytes_in the flat hierarchy (CollArgs::flat) is another path than the one
+// Config::hierarchy sets, for a call of coll uncompressed and compressed (0: at no size,
+// SIZE_MAX: at every size): measured too where it is. Uncompressed, at every size only float32
+// allreduce on nodes that only Config::ranks_per_node tells of, whose flat path is MPI's own
+// allreduce; else up to where calls ride the agreement, on nodes of two lanes or more. Defined
+// with the paths, in collectives.cpp.
+std::array<size_t, 2> flat_differs(Coll coll, MPI_Comm comm, const CollArgs& a);
 
 // The model comm holds for (coll, dtype, codec), if any, and how often it was measured.
 std::optional<AutoModel> auto_model(MPI_Comm comm, Coll coll, DType t, Spec codec, int* probes = nullptr);

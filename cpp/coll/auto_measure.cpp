@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 
@@ -52,7 +53,7 @@ void agree_values(MPI_Comm comm, double* v, int n, MPI_Op op) {
 }
 
 std::pair<Times, size_t> time_size(MPI_Comm comm, Coll coll, const CollArgs& a, const void* x, size_t bytes_in,
-                                   size_t s, int batch, const ProbeRun& run, std::array<bool, 2> differs,
+                                   size_t s, int batch, const ProbeRun& run, std::array<size_t, 2> differs,
                                    std::vector<char>& in, std::vector<char>& out) {
   const CommInfo ci(comm);
   const size_t dts = dtype_size(a.dtype);
@@ -74,7 +75,8 @@ std::pair<Times, size_t> time_size(MPI_Comm comm, Coll coll, const CollArgs& a, 
   Times best = {{{kInf, kInf}, {kInf, kInf}}};
   for (int r = 0; r < kRounds; ++r)
     for (int packed = 0; packed < 2; ++packed)
-      for (int flat = 0; flat <= int(differs[packed]); ++flat) {
+      for (int flat = 0; flat <= int(differs[packed] > 0); ++flat) {
+        if (flat && in_bytes > differs[packed]) continue;  // the same path as two levels
         p.spec = packed ? a.spec : Spec{};
         p.flat = flat;
         if (r == 0) run(p, data, out.data());  // its first call at this size allocates
@@ -89,6 +91,8 @@ std::pair<Times, size_t> time_size(MPI_Comm comm, Coll coll, const CollArgs& a, 
         best[packed][flat] =
             std::min(best[packed][flat], std::chrono::duration<double>(Clock::now() - t0).count() / batch);
       }
+  for (int packed = 0; packed < 2; ++packed)
+    if (differs[packed] && in_bytes > differs[packed]) best[packed][1] = best[packed][0];
   agree_values(comm, best[0].data(), 4, MPI_MAX);  // a collective ends with its slowest rank
   return {best, in_bytes};
 }
@@ -102,8 +106,9 @@ void keep(AutoModel& m, double b, const Times& t) {
 double cost(int batch, double one_each) { return (kRounds * batch + 1) * one_each; }
 
 AutoModel measure(MPI_Comm comm, Coll coll, const CollArgs& a, const void* x, size_t bytes_in, const ProbeRun& run,
-                  std::array<bool, 2> differs) {
+                  std::array<size_t, 2> differs) {
   AutoModel m;
+  if (differs[0] && differs[0] != SIZE_MAX) m.plain_same = double(differs[0]);
   std::vector<char> in, out;
   int batch = kMaxBatch;
   double spent = 0;  // the probe's time so far, by the agreed times
@@ -111,7 +116,7 @@ AutoModel measure(MPI_Comm comm, Coll coll, const CollArgs& a, const void* x, si
     const auto [best, in_bytes] = time_size(comm, coll, a, x, bytes_in, s, batch, run, differs, in, out);
     m.bytes.push_back(double(in_bytes));
     for (int packed = 0; packed < 2; ++packed)
-      for (int flat = 0; flat <= int(differs[packed]); ++flat)
+      for (int flat = 0; flat <= int(differs[packed] > 0); ++flat)
         m.times(packed, flat).push_back(best[packed][flat]);
     spent += cost(batch, total(best));
     const double next = 2 * total(best);  // one call each way at twice the size

@@ -38,7 +38,7 @@ double AutoModel::predict(const std::vector<double>& t, double b) const {
 }
 
 double AutoModel::predict(bool compressed, bool flat, double b) const {
-  return predict(times(compressed, flat && has_flat(compressed)), b);
+  return predict(times(compressed, flat && has_flat(compressed) && (compressed || b <= plain_same)), b);
 }
 
 double AutoModel::predict(bool compressed, double b) const {
@@ -46,7 +46,8 @@ double AutoModel::predict(bool compressed, double b) const {
 }
 
 bool AutoModel::flat(bool compressed, double b) const {
-  return has_flat(compressed) && predict(compressed, true, b) < predict(compressed, false, b);
+  if (!has_flat(compressed)) return false;
+  return (!compressed && b > plain_same) || predict(compressed, true, b) < predict(compressed, false, b);
 }
 
 double AutoModel::best(bool compressed, size_t i) const {

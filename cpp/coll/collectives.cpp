@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <exception>
 #include <functional>
@@ -531,12 +532,21 @@ void reduce_scatter(MPI_Comm comm, const void* x, void* y, const CollArgs& a) {
 }
 void allgather(MPI_Comm comm, const void* x, void* y, const CollArgs& a) { run(Coll::allgather, comm, x, y, a); }
 
-std::array<bool, 2> flat_differs(Coll coll, MPI_Comm comm, const CollArgs& a) {
-  if (config().hierarchy == Hierarchy::flat) return {false, false};
+std::array<size_t, 2> flat_differs(Coll coll, MPI_Comm comm, const CollArgs& a) {
+  const Config cfg = config();
+  if (cfg.hierarchy == Hierarchy::flat) return {0, 0};
   const NodeLayout& nodes = node_layout(comm);
   const bool two = coll == Coll::allreduce ? nodes.hierarchical() : two_level_blocks(nodes);
-  return {two && !(uncompressed_by_mpi(coll, nodes, a.dtype, true) && uncompressed_by_mpi(coll, nodes, a.dtype, false)),
-          two};
+  constexpr size_t all = SIZE_MAX;
+  // Uncompressed data that rides the agreement crosses between nodes in one lane on two
+  // levels and in every lane flat (handshake.h): another path wherever a node has two lanes,
+  // also where MPI's own collective moves larger calls either way.
+  const size_t rides = !nodes.hierarchical() || nodes.lanes < 2 ? 0
+                       : coll == Coll::allgather      ? cfg.eager_bytes / nodes.node_of.size()
+                                                      : cfg.eager_bytes;
+  const bool plain = two && !(uncompressed_by_mpi(coll, nodes, a.dtype, true) &&
+                              uncompressed_by_mpi(coll, nodes, a.dtype, false));
+  return {plain ? all : rides, two ? all : 0};
 }
 
 void auto_passed(Coll coll, MPI_Comm comm, const void* x, const CollArgs& a, Skip why, double seconds) {

@@ -94,7 +94,8 @@ def model(comm, collective="allreduce", dtype="float32", codec_spec="auto"):
     (seconds uncompressed and compressed, the slowest rank's: the probe's, or the calls' own
     where they replaced it), ``plain_flat`` and ``packed_flat`` (the same on the flat
     hierarchy, where the communicator spans nodes of several ranks and that is another path:
-    each way takes the faster; else empty), ``break_even`` (bytes from
+    each way takes the faster; at sizes where it is the same path, the two-level times; else
+    empty), ``break_even`` (bytes from
     which it compresses; inf: never), ``probes`` (measurements so far) and ``describe``.
     Local. Blocking calls' models: the non-blocking ones (iallreduce, ...) run on a
     communicator of their own, measured on its own."""
