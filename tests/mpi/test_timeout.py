@@ -56,6 +56,27 @@ def test_a_rank_that_never_arrives(timeout, coll, codec, n):
     fresh.Free()
 
 
+def test_a_rank_that_never_arrives_at_an_allreduce_in_pieces(timeout):
+    """An uncompressed allreduce above cache_bytes goes in pieces, agreed as a whole first: the
+    ranks waiting for one that never arrives raise there, within the timeout, and a fresh
+    communicator then works."""
+    mpicomp.config.cache_bytes = 2 << 20
+    comm = WORLD.Dup()
+    p, r = comm.Get_size(), comm.Get_rank()
+    x = np.ones(3 << 20 >> 1, np.float32)  # 6 MiB: pieces of 1 MiB
+    mpicomp.allreduce(x, comm=comm, codec="none")
+    if r != p - 1:
+        t0 = time.perf_counter()
+        with pytest.raises(mpicomp.CommTimeoutError, match="timeout_s"):
+            mpicomp.allreduce(x, comm=comm, codec="none")
+        assert 0.9 * TIMEOUT <= time.perf_counter() - t0 < TIMEOUT + 10
+    WORLD.Barrier()
+    comm.Free()
+    fresh = WORLD.Dup()
+    assert (mpicomp.allreduce(x, comm=fresh, codec="none") == p).all()
+    fresh.Free()
+
+
 def test_without_a_timeout_a_late_rank_is_waited_for():
     """timeout_s 0 waits as MPI does: a rank two timeouts late still meets the others."""
     old = mpicomp.config.timeout_s
