@@ -181,6 +181,7 @@ struct Exchange {
 
 // Where a gather's blocks lie in `base`, B bytes each: unit u's (a rank's, or on two levels a
 // node's) from block first[u] on (first null: block shift + u), for u up to the group's size.
+// For a sum, B is the elements it carries (0: headers alone, a lane that does not carry them).
 struct Blocks {
   char* base = nullptr;
   size_t B = 0;
@@ -200,7 +201,7 @@ void doubling(Exchange& ex, MPI_Comm c, int r, int size, const Blocks& blk) {
   while (pof2 * 2 <= size) pof2 *= 2;
   const int rem = size - pof2;
   const bool gather = ex.data.kind == Payload::gather;
-  const size_t bytes = ex.data.count * ex.elem;
+  const size_t bytes = gather ? 0 : blk.B * ex.elem;  // a sum's (blk.B elements; none: headers alone)
   char* tmp = gather ? nullptr : scratch(0, bytes);
   auto first = [&](int nr) { return nr < rem ? 2 * nr : nr + rem; };  // a newrank's first unit
   auto held = [&](int lo, int n) { return blk.units(first(lo), first(std::min(lo + n, pof2))); };
@@ -273,9 +274,7 @@ void two_levels(Exchange& ex, const CommInfo& ci, const NodeLayout& L) {
   if (L.local < L.lanes) {
     Links across(true);
     const bool header_only = one_lane && L.local > 0;
-    if (header_only) ex.data.count = 0;
     doubling(ex, L.inter, L.node, L.nodes, Blocks{G, header_only ? 0 : B, first.data(), 0});
-    ex.data.count = B;
   }
   auto needs = [&](int local) { return local >= L.lanes || one_lane || !node_agreed; };
   int mask = 1;
