@@ -3,10 +3,11 @@
 # tool's machines): a venv over the image's torch/cupy, the carried wheels (`make gpu-wheels`
 # here puts them in .whl/), an mpicomp build, the GPU tests, then the GPU benchmarks.
 # Logs and JSON go to $OUT (default /tmp/mpicomp-gpu); copy the JSON into bench/results.
-#   bench/gpu_session.sh [tests|codecs|allreduce|all]
+#   bench/gpu_session.sh [tests|codecs|allreduce|nodes|all]
 # With the device tool, one call per part (each within its 10-minute limit; a part finds the
 # venv of the one before if the machine stayed warm, else makes it again):
-#   run(command="bench/gpu_session.sh tests", carry=[".whl"]), then "... codecs", "... allreduce".
+#   run(command="bench/gpu_session.sh tests", carry=[".whl"]), then "... codecs", "... allreduce",
+# "... nodes" (4 ranks as 2 nodes of 2, two levels and flat; where codec none's time goes).
 set -uo pipefail
 OUT=${OUT:-/tmp/mpicomp-gpu}
 WHAT=${1:-all}
@@ -35,7 +36,7 @@ if [ "$WHAT" = codecs ] || [ "$WHAT" = all ]; then
   $PY bench/gpu_codecs.py --json "$OUT/gpu-codecs-$dev.json" 2>&1 | tee "$OUT/gpu-codecs.log"
   $PY bench/lossless_ratios.py --device cuda --json "$OUT/gpu-lossless-ratios-$dev.json" 2>&1 | tee "$OUT/lossless.log"
 fi
-if [ "$WHAT" = allreduce ] || [ "$WHAT" = all ]; then
+if [ "$WHAT" = allreduce ] || [ "$WHAT" = nodes ] || [ "$WHAT" = all ]; then
   # Ranks sharing one GPU without MPS take turns on it: every stream synchronisation then
   # waits for the other ranks' time slices (about 1 ms a call on an H100), which is not what
   # a GPU per rank costs. With MPS their kernels share the GPU (docs/gpu.md).
@@ -43,9 +44,18 @@ if [ "$WHAT" = allreduce ] || [ "$WHAT" = all ]; then
   mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
   mps=-mps
   nvidia-cuda-mps-control -d || { mps=; unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY; }
-  for np in 2 4; do
-    timeout 280 $MPIEXEC -n $np $PY bench/gpu_allreduce.py -m 1M:256M --json "$OUT/gpu-allreduce-np$np$mps-$dev.json" \
-      2>&1 | tee "$OUT/gpu-allreduce-np$np$mps.log"
-  done
+  if [ "$WHAT" != nodes ]; then
+    for np in 2 4; do
+      timeout 280 $MPIEXEC -n $np $PY bench/gpu_allreduce.py -m 1M:256M --json "$OUT/gpu-allreduce-np$np$mps-$dev.json" \
+        2>&1 | tee "$OUT/gpu-allreduce-np$np$mps.log"
+    done
+  fi
+  if [ "$WHAT" != allreduce ]; then
+    for h in auto flat; do
+      MPICOMP_RANKS_PER_NODE=2 MPICOMP_HIERARCHY=$h timeout 150 $MPIEXEC -n 4 $PY bench/gpu_allreduce.py -m 1M:256M \
+        --codec none,int8,sign --json "$OUT/gpu-allreduce-np4-2x2-$h$mps-$dev.json" 2>&1 | tee "$OUT/gpu-2x2-$h.log"
+    done
+    timeout 120 $MPIEXEC -n 4 $PY bench/gpu_none_parts.py 2>&1 | tee "$OUT/gpu-none-parts.log"
+  fi
   [ -n "$mps" ] && echo quit | nvidia-cuda-mps-control
 fi
