@@ -23,7 +23,7 @@ thread_local const Links* t_links = nullptr;
 
 void isend(const void* buf, size_t bytes, int peer, int tag, MPI_Comm c, std::vector<MPI_Request>& reqs) {
   t_sent.bytes += bytes;
-  if (t_links) (t_links->between(peer) ? t_sent.inter : t_sent.intra) += bytes;
+  note_sent(bytes, peer);
   reqs.emplace_back();
   mpic::isend_bytes(buf, bytes, peer, tag, c, &reqs.back());
 }
