@@ -1,190 +1,30 @@
+// The three collectives: each call agrees with the other ranks on what it sends, then takes
+// the path that moves it (MPI's own collective, the agreement's eager exchange, the flat or
+// two-level pipelines); call.h holds the parts they share.
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstdint>
-#include <cstring>
-#include <exception>
-#include <functional>
 #include <mutex>
 #include <optional>
-#include <vector>
 
+#include "adaptive.h"
+#include "algorithms.h"
+#include "call.h"
 #include "coll.h"
 #include "config.h"
 #include "deadline.h"
 #include "mpi_count.h"
-#include "scratch.h"
 #include "stages.h"
-#include "adaptive.h"
-#include "algorithms.h"
-#include "../codecs/bound.h"
-#include "budget.h"
 #include "stats.h"
 
 namespace mpicomp {
 namespace {
 
+using namespace call;
+
 std::mutex g_config_mutex;
 Config g_config;
 std::atomic<bool> g_verbose{Config{}.verbose};
-
-Engine& engine_of(const CollArgs& a) { return a.engine ? *a.engine : cpu_engine(); }
-
-thread_local bool t_inner = false;  // inside via_host: the outer call is the one counted
-thread_local bool t_probe = false;  // codec "auto" measuring (adaptive.h): compressed as asked, not counted
-// The last call counted on this thread (Recorder): what codec "auto" judges it by. A small call
-// takes microseconds: timed and sized once.
-struct Counted {
-  double seconds = 0;
-  size_t bytes_in = 0;
-};
-thread_local Counted t_counted;
-
-// Sets one of those flags for its lifetime, whether the calls inside return or throw.
-// (Nested: an allreduce in pieces, each of which may go via_host.)
-class Inside {
- public:
-  explicit Inside(bool& flag) : flag_(flag), was_(flag) { flag_ = true; }
-  ~Inside() { flag_ = was_; }
-  Inside(const Inside&) = delete;
-  Inside& operator=(const Inside&) = delete;
-
- private:
-  bool& flag_;
-  bool was_;
-};
-
-// What travels: the codec asked for, except where a policy says compression cannot pay
-// (below min_bytes, nobody to talk to, skip_local on one node, codec "auto"'s measurements);
-// `skip` says which.
-Signature signature(Coll coll, const CollArgs& a, const CommInfo& ci, const Config& cfg, MPI_Comm comm,
-                    std::optional<Skip>& skip) {
-  Signature s;
-  s.coll = coll;
-  s.count = a.count;
-  s.codec = a.spec.id;
-  s.adaptive = a.adaptive;
-  s.block = is_blockwise(a.spec.id) || a.spec.id == CodecId::bound ? a.spec.block : 0;
-  s.dtype = a.dtype;
-  s.avg = a.avg;
-  // Asked on every call, whatever the rest decides: on a communicator's first use it is a
-  // collective, which every rank must reach (reject() asks too).
-  bool local = ci.size > 1 && node_local(comm);
-  Route route;
-  if (a.spec.id == CodecId::none)
-    skip = Skip::codec_none;
-  else if (ci.size == 1)
-    skip = Skip::single_rank;
-  else if (!a.adaptive && !t_probe && a.count * dtype_size(a.dtype) < cfg.min_bytes)
-    skip = Skip::small;
-  else if (local && cfg.skip_local)
-    skip = Skip::local;
-  else if (a.adaptive)  // from a model all ranks hold alike: the same decision everywhere
-    skip = auto_decision(comm, coll, a, bytes_in(coll, a, ci.size), route);
-  s.wire = skip ? CodecId::none : a.spec.id;
-  // Every setting that shapes the wire is agreed: the thresholds and skip_local through
-  // `wire` and `eager`, the segment size here (ranks whose environments differ would post
-  // messages of different sizes: truncation on one rank, a hang on another).
-  // (A reduction codec bound skips may run compressed still, where MPI's sums would miss its
-  // bound: budget.h.)
-  s.segment = s.wire == CodecId::none && s.codec != CodecId::bound ? 0 : cfg.segment_bytes;
-  s.gpu_segment = s.segment ? cfg.gpu_segment_bytes : 0;
-  s.device = a.engine != nullptr;
-  s.flat = a.flat || route.flat || cfg.hierarchy == Hierarchy::flat;
-  s.mpi_own = (a.flat || route.flat) && s.wire == CodecId::none;
-  return s;
-}
-
-// Counts one call in the statistics when it returns (not when it fails), under the algorithm
-// the call set.
-class Recorder {
- public:
-  // A call inside another (t_inner) leaves the bytes it sends to the outer one's count.
-  Recorder(Coll coll, const CommInfo& ci, size_t bytes_in, const std::optional<Skip>& skip)
-      : coll_(coll), size_(ci.size), bytes_in_(bytes_in), skip_(skip), t0_(std::chrono::steady_clock::now()) {
-    if (!t_inner) take_sent_bytes();
-  }
-  ~Recorder() {
-    if (t_inner) return;
-    Sent sent = take_sent_bytes();
-    if (t_probe || std::uncaught_exceptions()) return;
-    t_counted = {std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(), bytes_in_};
-    stats_record(coll_, size_, bytes_in_, sent, algo, t_counted.seconds, skip_ ? &*skip_ : nullptr);
-  }
-  Algo algo = Algo::mpi;
-
- private:
-  Coll coll_;
-  int size_;
-  size_t bytes_in_;
-  const std::optional<Skip>& skip_;  // the call's, which may still change its mind (bounded)
-  std::chrono::steady_clock::time_point t0_;
-};
-
-// The mean from the sum, for results the MPI library (or the eager exchange) summed.
-void divide(void* y, DType t, size_t n, int size) {
-  if (t == DType::f64) {
-    double* d = static_cast<double*>(y);
-    for (size_t i = 0; i < n; ++i) d[i] /= size;
-  } else {  // float32, as the compressed paths do it
-    cpu_engine().store(DType::f32, y, n, 1.0 / size, DType::f32, y);
-  }
-}
-
-// Whether an uncompressed collective travels inside the agreement: when it fits
-// eager_bytes (`small`) or when two ranks make that MPI's own exchange (`pair`); eager_bytes
-// 0 turns it off.
-bool rides_agreement(const Signature& sig, const Config& cfg, bool small, bool pair) {
-  return sig.wire == CodecId::none && cfg.eager_bytes && (small || pair);
-}
-
-// Codec bound needs the largest finite input over the ranks (budget.h), which rides the
-// agreement: this rank's, in top, and where to agree it; null where it is not needed.
-double* largest_input(const CollArgs& a, const Signature& sig, const void* x, size_t n, double& top) {
-  if (a.spec.id != CodecId::bound || a.engine || (sig.coll == Coll::allgather && sig.wire == CodecId::none))
-    return nullptr;
-  top = finite_absmax(a.dtype, x, n);
-  return &top;
-}
-
-// x, or a copy of it where an uncompressed reduction that rides the agreement writes its
-// result over it: codec bound may have to run the call again, compressed (budget.h). Not
-// for an absolute bound on 2 ranks: the sum's one rounding is within any bound the codec
-// accepts (a relative one may still find the result smaller than it estimated).
-const void* kept(const CollArgs& a, int size, const void* x, const void* y, size_t bytes) {
-  if (x != y || !(bound_relative(a.spec.block) || size > 2)) return x;
-  thread_local Scratch copy;
-  return std::memcpy(copy.get(bytes), x, bytes);
-}
-
-// Uncompressed data that MPI moves itself (as the agreement's payload, or in MPI's own
-// collective) is in host memory on every rank: a rank with GPU buffers copies them there and
-// takes the host's path, so that ranks with GPU and with host buffers meet in the same
-// messages, and a small GPU collective costs two copies rather than a pipeline of launches.
-// The engine's staging memory (pinned, for a GPU) is kept for calls within cache_bytes;
-// larger ones take the thread's scratch, freed after the call as all scratch beyond it is.
-void via_host(Coll coll, MPI_Comm comm, const void* x, size_t x_bytes, void* y, size_t y_bytes, const CollArgs& a,
-              const Config& cfg) {
-  thread_local Scratch sx, sy;
-  Engine& e = *a.engine;
-  char* hx = static_cast<char*>(x_bytes + y_bytes <= cfg.cache_bytes ? e.staging(0, x_bytes) : nullptr);
-  const bool kept = hx != nullptr;
-  if (!kept) hx = sx.get(x_bytes);
-  char* hy = static_cast<char*>(kept ? e.staging(1, y_bytes) : sy.get(y_bytes));
-  e.copy(hx, x, x_bytes, true);
-  CollArgs h = a;
-  h.engine = nullptr;
-  try {
-    Inside inner(t_inner);
-    collective(coll, comm, hx, hy, h);
-  } catch (const Error& err) {
-    // A timeout leaves MPI's requests to complete into the buffers (deadline.h abandons the
-    // scratch likewise)
-    if (kept && err.kind == ErrorKind::timeout) e.abandon_staging();
-    throw;
-  }
-  e.copy(y, hy, y_bytes, false);
-}
 
 // An uncompressed allreduce whose data MPI moves (`by_host`) and that is larger than what an
 // engine keeps staged for it (cache_bytes, input and output) goes in pieces that fit: a GPU
@@ -219,81 +59,6 @@ void in_pieces(MPI_Comm comm, Signature sig, const void* x, void* y, const CollA
     std::optional<Skip> skip;
     allreduce_call(comm, static_cast<const char*>(x) + first * elem, static_cast<char*>(y) + first * elem, p, skip);
   }
-}
-
-// Sums n elements of x (dtype t) over all ranks inside the agreement (sig.eager), and stores
-// elements [first, first + len) of the sum (the mean with avg) into y as t; kind is sum or
-// halve (handshake.h: eager_collective; most: agreed with it). The sum goes straight into y
-// when y takes all of it and t is summed as itself (no 16-bit widening).
-void eager_sum(MPI_Comm comm, const Signature& sig, Engine& e, Payload::Kind kind, DType t, const void* x, size_t n,
-               size_t first, size_t len, bool avg, int size, void* y, double* most) {
-  thread_local Scratch whole;
-  const size_t a = accum_size(t);
-  if (a != dtype_size(t)) {  // 16-bit floats: summed as float32
-    float* wide = whole.get<float>(n);
-    e.load(t, x, n, nullptr, DType::f32, wide);
-    eager_collective(comm, sig, Payload{kind, wide, wide, n}, most);
-    e.store(DType::f32, wide + first, len, avg ? 1.0 / size : 1.0, t, y);
-    return;
-  }
-  void* sum = y;
-  if (len != n) sum = whole.get(n * a);
-  eager_collective(comm, sig, Payload{kind, x, sum, n}, most);
-  if (sum != y && len) std::memcpy(y, static_cast<char*>(sum) + first * a, len * a);
-  if (avg) divide(y, t, len, size);
-}
-
-// The cut of a call's buffers; `blocks`: the output holds that many times count elements.
-// Where any rank's buffers are on a GPU (agreed), the segments are gpu_segment_bytes long on
-// every rank: each costs the GPU engine kernel launches and a stream synchronisation.
-Tiling tiling(const Signature& sig, const CollArgs& a, const Config& cfg, int blocks = 1) {
-  Spec wire{sig.wire, a.spec.block};
-  const size_t seg = sig.device && sig.gpu_segment ? sig.gpu_segment : cfg.segment_bytes;
-  return Tiling{wire,
-                a.dtype,
-                acc_dtype(wire.id, a.dtype),
-                segment_elems(wire, a.dtype, seg),
-                segment_elems(Spec{}, a.dtype, seg),
-                is_blockwise(wire.id) ? wire.block : kLanes,
-                a.count * dtype_size(a.dtype) * size_t(blocks) >= kStreamBytes};
-}
-
-// The error feedback a call keeps: none for exact calls and for codec bound, whose error
-// is bounded in every call (its residual stays zero).
-float* residual_of(const Tiling& T, const CollArgs& a) {
-  return T.wire.id == CodecId::none || T.wire.id == CodecId::bound ? nullptr : a.residual;
-}
-
-// Runs once(T, x), T the call's tiling: as it is, or for codec bound with the share of the
-// bound each of the `encodings` a value goes through may take (budget.h; top: the largest
-// input over ranks); x has nx elements, y ny. A reduction codec bound sends uncompressed
-// (below min_bytes, codec auto's choice) keeps MPI's sums only where they keep the bound,
-// and else runs as codec bound (`skip` then cleared: counted as compressed); done: its sums
-// rode the agreement, y holds them and x is intact. Returns the codec that ran last.
-CodecId bounded(MPI_Comm comm, const CommInfo& ci, const Signature& sig, const Config& cfg, const CollArgs& a,
-                double top, const void* x, size_t nx, void* y, size_t ny, double scale, int encodings, bool reduction,
-                bool done, std::optional<Skip>& skip, const std::function<void(const Tiling&, const void*)>& once) {
-  const Tiling T = tiling(sig, a, cfg, reduction ? 1 : ci.size);
-  const bool uncompressed = T.wire.id == CodecId::none;
-  if (a.spec.id != CodecId::bound || (uncompressed && (!reduction || ci.size == 1))) {
-    if (!done) once(T, x);
-    return T.wire.id;
-  }
-  if (a.engine) throw Error(ErrorKind::backend, "codec bound runs on host buffers only");
-  Signature compressed = sig;
-  compressed.wire = CodecId::bound;
-  const Tiling B = tiling(compressed, a, cfg, reduction ? 1 : ci.size);
-  CodecId ran = CodecId::none;
-  run_bounded(comm, ci, B.wire, a.dtype, top, x, nx, y, ny, scale, encodings, reduction, uncompressed, done,
-              [&](Spec stage, const void* in) {
-                ran = stage.id;
-                if (stage.id == CodecId::none) return once(T, in);
-                skip.reset();
-                Tiling U = B;
-                U.wire = stage;
-                once(U, in);
-              });
-  return ran;
 }
 
 }  // namespace

@@ -19,7 +19,7 @@ struct Config {
   size_t eager_bytes = 32 * 1024;
   // Input bytes per pipelined message: encoding of one segment overlaps the transfer of
   // the previous ones. An allreduce goes a tile of one segment per rank at a time, so that
-  // a rank's float32 sums stay in cache (collectives.cpp).
+  // a rank's float32 sums stay in cache (call.cpp: tiling).
   size_t segment_bytes = 1 << 19;
   // Skip compression when all ranks share one node's memory, where the MPI library's
   // shared-memory copies beat encoding (bench/results). Off by default: the codec a user
