@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mpicomp.codecs import _wheel_nvcomp
+from mpicomp._framed import wheel_nvcomp
 
 ROOT = Path(__file__).resolve().parents[1]
 CUDA = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
@@ -19,7 +19,7 @@ CUDA = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
 @pytest.mark.skipif(not (CUDA / "include" / "cuda_runtime.h").is_file(),
                     reason="no CUDA toolkit (mpicomp builds without its CUDA path here too)")
 def test_nvcomp_declarations_match_nvcomp_6(tmp_path):
-    lib = _wheel_nvcomp()
+    lib = wheel_nvcomp()
     assert lib, "nvidia-libnvcomp-cu13 is not installed (requirements-dev.txt)"
     include = Path(lib).parents[1] / "include"
     exe = tmp_path / "nvcomp_abi"

@@ -140,7 +140,7 @@ def test_gpu_only_codec_on_host_arrays(monkeypatch):
     """Where nvCOMP is loaded, nvcomp-ans exists but cannot touch host memory: every rank
     raises (this rank BackendError, or ShapeMismatchError when only another rank erred)."""
     comm = comm_of("world")
-    monkeypatch.setattr(mpicomp.codecs, "_NVCOMP", [True])
+    monkeypatch.setattr(mpicomp._framed, "_NVCOMP", [True])
     last = comm.Get_rank() == comm.Get_size() - 1
     codec = "nvcomp-ans" if last else "lz4"
     with pytest.raises(mpicomp.BackendError if last else mpicomp.ShapeMismatchError):
