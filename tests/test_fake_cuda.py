@@ -48,8 +48,8 @@ def built(tmp_path_factory):
                 "-DMPICOMP_WITH_CUDA"]
     jobs = [(src, out / f"{i}.o", ["-x", "c++"] if src.suffix == ".cu" else [])
             for i, src in enumerate([*common, ROOT / "cpp" / "codecs" / "cuda" / "kernels.cu"])]
-    bind = ("module.cpp", "comm.cpp", "cuda.cpp")
-    jobs += [(ROOT / "cpp" / "bind" / name, out / f"{name}.o", includes) for name in bind]
+    bind = sorted((ROOT / "cpp" / "bind").glob("*.cpp"))
+    jobs += [(src, out / f"{src.name}.o", includes) for src in bind]
     jobs += [(FAKE / "engine_check.cpp", out / "engine_check.o", [])]
     with ThreadPoolExecutor(os.cpu_count()) as pool:
         list(pool.map(lambda j: _cxx(*j[2], "-c", j[0], "-o", j[1]), jobs))

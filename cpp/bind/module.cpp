@@ -6,17 +6,14 @@
 #include <pybind11/stl.h>
 
 #include "../codecs/codec.h"
-#include "../codecs/host_codec.h"
 #include "../codecs/parallel.h"
 #include "../codecs/spec.h"
-#include "../coll/adaptive.h"
 #include "../coll/coll.h"
 #include "../coll/config.h"
 #include "../coll/deadline.h"
 #include "../coll/environment.h"
 #include "../coll/scratch.h"
 #include "../coll/stages.h"
-#include "../coll/stats.h"
 #include "../coll/topology.h"
 #include "../codecs/errors.h"
 #include "args.h"
@@ -26,9 +23,6 @@ namespace py = pybind11;
 using namespace mpicomp;
 
 namespace {
-
-template <class T>
-T* ptr(uintptr_t a) { return reinterpret_cast<T*>(a); }
 
 // numpy's one-character type codes of the dtypes mpicomp takes, and their DType.
 int numpy_dtype(char code) {
@@ -159,15 +153,6 @@ NumpyArgs numpy_args(const py::array& x, py::handle out, int out_mode, int size)
   return NumpyArgs{y, const_cast<void*>(x.data()), y.mutable_data(), n, dt};
 }
 
-// {name: count} of the non-zero counts (reasons, algorithms) of the statistics.
-template <class E>
-py::dict counts(const double* n, int size, const char* (*name)(E)) {
-  py::dict d;
-  for (int k = 0; k < size; ++k)
-    if (n[k] > 0) d[name(E(k))] = static_cast<long long>(n[k]);
-  return d;
-}
-
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -257,53 +242,7 @@ PYBIND11_MODULE(_core, m) {
     return py::make_tuple(reinterpret_cast<uintptr_t>(a.data()), size_t(a.size()), dt);
   });
 
-  // ---- codecs (layer 1), host memory ----
-  m.def("split_auto", [](const std::string& text) -> py::object {
-    std::string inner;
-    return split_auto(text, inner) ? py::object(py::str(inner)) : py::object(py::none());
-  }, "The codec spec an 'auto' or 'auto:<spec>' spec names, or None for another spec (codecs/spec.h)");
-  m.def("split_codec_spec", [](const std::string& text) {
-    std::string name, why;
-    SpecOptions options;
-    if (!split_spec(text, name, options, why)) throw Error(ErrorKind::codec, why);
-    return py::make_tuple(name, options);
-  }, "A codec spec's name and its [(key, value)] options, as text (codecs/spec.h)");
-  m.def("wire_codec_spec", [](const std::string& name, const SpecOptions& given) {
-    Spec s;
-    SpecOptions in_force;
-    std::string why;
-    if (!wire_spec(name, given, s, in_force, why)) throw Error(ErrorKind::codec, why);
-    return py::make_tuple(int(s.id), s.block, in_force);
-  }, "A wire codec's (id, block, [(key, value)] options in force), its options checked (codecs/spec.h)");
-  m.def("acc_dtype", [](int codec, int dtype) { return int(acc_dtype(CodecId(codec), DType(dtype))); },
-        "The dtype id the collectives (and decode_accumulate) sum this codec's dtype in");
-  m.def("encoded_bytes", [](int codec, uint32_t block, int dtype, size_t n) {
-    return encoded_bytes(Spec{CodecId(codec), block}, DType(dtype), n);
-  });
-  m.def("encode", [](int codec, uint32_t block, int dtype, uintptr_t x, size_t n, uintptr_t residual, uintptr_t out) {
-    py::gil_scoped_release nogil;
-    return host_encode(Spec{CodecId(codec), block}, DType(dtype), ptr<void>(x), n, ptr<float>(residual),
-                       ptr<uint8_t>(out));
-  }, "Encodes into out (room for encoded_bytes); returns the bytes written");
-  m.def("decode", [](int codec, uint32_t block, int dtype, uintptr_t in, size_t n, float scale, uintptr_t y,
-                     bool stream) {
-    py::gil_scoped_release nogil;
-    host_decode(Spec{CodecId(codec), block}, DType(dtype), ptr<uint8_t>(in), n, scale, ptr<void>(y), stream);
-  }, py::arg("codec"), py::arg("block"), py::arg("dtype"), py::arg("in"), py::arg("n"), py::arg("scale"),
-     py::arg("y"), py::arg("stream") = false, "stream: float32 written with streaming stores (same values)");
-  m.def("decode_accumulate", [](int codec, uint32_t block, int dtype, uintptr_t in, size_t n, uintptr_t acc,
-                                 uintptr_t base) {
-    py::gil_scoped_release nogil;
-    const Spec s{CodecId(codec), block};
-    host_decode_accumulate(s, DType(dtype), ptr<uint8_t>(in), n, acc_dtype(s.id, DType(dtype)), ptr<void>(acc),
-                           ptr<void>(base));
-  }, py::arg("codec"), py::arg("block"), py::arg("dtype"), py::arg("in"), py::arg("n"), py::arg("acc"),
-     py::arg("base") = 0,
-     "acc = base + decoded (base 0: acc += decoded), in what the collectives sum in (acc_dtype): float32, or "
-     "float64 for float64 through none or a lossless codec and for codec bound");
-  m.def("cpu_targets", &cpu_targets, "SIMD targets this CPU supports, best first");
-  m.def("cpu_target", [] { return std::string(cpu_kernels().target); });
-  m.def("set_cpu_target", &set_cpu_target);
+  bind_codecs(m);
 
   // ---- collectives (layer 2) ----
   // A collective (Coll id) on host buffers; count as the core's function takes it. The same
@@ -398,72 +337,5 @@ PYBIND11_MODULE(_core, m) {
   m.def("set_timeout", [](py::handle comm, double seconds) { set_timeout(comm_of(comm), seconds); },
         "Calls on comm, and on its later duplicates, wait at most seconds (0: no limit)");
 
-  // ---- codec "auto" (adaptive.h) ----
-  m.def("auto_model", [](py::handle comm, int coll, int dtype, int codec, uint32_t block) -> py::object {
-    int probes = 0;
-    std::optional<AutoModel> m =
-        auto_model(comm_of(comm), Coll(coll), DType(dtype), Spec{CodecId(codec), block}, &probes);
-    if (!m) return py::none();
-    return py::dict(py::arg("bytes") = m->bytes, py::arg("plain") = m->plain, py::arg("packed") = m->packed,
-                    py::arg("plain_flat") = m->plain_flat, py::arg("packed_flat") = m->packed_flat,
-                    py::arg("break_even") = m->break_even(), py::arg("probes") = probes,
-                    py::arg("describe") = m->describe(codec_name(CodecId(codec))));
-  }, "comm's measured model for (collective, dtype, codec), or None");
-  m.def("auto_install", [](py::handle comm, int coll, int dtype, int codec, uint32_t block, std::vector<double> bytes,
-                           std::vector<double> plain, std::vector<double> packed, std::vector<double> plain_flat,
-                           std::vector<double> packed_flat) {
-    MPI_Comm c = comm_of(comm);
-    py::gil_scoped_release nogil;
-    auto_install(c, Coll(coll), DType(dtype), Spec{CodecId(codec), block},
-                 AutoModel{bytes, plain, packed, plain_flat, packed_flat});
-  }, py::arg("comm"), py::arg("coll"), py::arg("dtype"), py::arg("codec"), py::arg("block"), py::arg("bytes"),
-     py::arg("plain"), py::arg("packed"), py::arg("plain_flat") = std::vector<double>{},
-     py::arg("packed_flat") = std::vector<double>{},
-     "Installs a model given by every rank (the slowest rank's times, as a probe agrees them). Collective");
-  m.def("auto_evaluate", [](std::vector<double> bytes, std::vector<double> plain, std::vector<double> packed,
-                            std::vector<double> sizes, std::vector<double> plain_flat,
-                            std::vector<double> packed_flat) {
-    const AutoModel m{bytes, plain, packed, plain_flat, packed_flat};
-    if (!m.well_formed())
-      throw Error(ErrorKind::shape_mismatch, "auto_evaluate: every curve needs a time at each size");
-    std::vector<std::string> decisions;
-    std::vector<bool> flat;
-    for (double b : sizes) {
-      const std::optional<Skip> why = m.decide(b);
-      decisions.push_back(why ? skip_name(*why) : "compress");
-      flat.push_back(m.flat(!why, b));
-    }
-    return py::make_tuple(m.break_even(), decisions, flat);
-  }, py::arg("bytes"), py::arg("plain"), py::arg("packed"), py::arg("sizes"),
-     py::arg("plain_flat") = std::vector<double>{}, py::arg("packed_flat") = std::vector<double>{},
-     "(break-even bytes, the decision at each of sizes: 'compress', 'auto_small' or 'auto_link', and whether it "
-     "goes flat) of a model");
-
-  // ---- statistics (stats.h) ----
-  m.def("stats", [] {
-    Stats s = stats();
-    py::dict out;
-    for (int i = 1; i < kStatColls; ++i) {
-      const CollStats& c = s.coll[i];
-      py::dict skipped = counts(c.skipped, kSkips, skip_name), algorithms = counts(c.algorithm, kAlgos, algo_name);
-      out[coll_name(Coll(i))] = py::dict(py::arg("calls") = static_cast<long long>(c.calls),
-                                         py::arg("compressed") = static_cast<long long>(c.compressed),
-                                         py::arg("bytes_in") = static_cast<long long>(c.bytes_in),
-                                         py::arg("bytes_wire") = static_cast<long long>(c.bytes_wire),
-                                         py::arg("bytes_plain") = static_cast<long long>(c.bytes_plain),
-                                         py::arg("bytes_inter") = static_cast<long long>(c.bytes_inter),
-                                         py::arg("bytes_intra") = static_cast<long long>(c.bytes_intra),
-                                         py::arg("algorithms") = algorithms,
-                                         py::arg("seconds") = c.seconds, py::arg("skipped") = skipped,
-                                         py::arg("probes") = static_cast<long long>(c.probes),
-                                         py::arg("probe_seconds") = c.probe_seconds);
-    }
-    return out;
-  });
-  m.def("stats_reset", &stats_reset);
-  m.def("thread_bytes", [] {
-    const auto [wire, plain] = thread_bytes();
-    return py::make_tuple(uint64_t(wire), uint64_t(plain));
-  }, "(bytes_wire, bytes_plain) of the calls this thread ran so far");
-  m.def("stats_table", [](const std::string& title) { return stats_table(stats(), title); });
+  bind_measured(m);
 }
