@@ -116,7 +116,7 @@ def test_the_survivors_of_a_lost_rank_raise(finished, case, n, kind):
         if case == "interposed":
             assert r.get("mpi_err_other"), what
             continue
-        if case == "ddp":  # DDP's reducer reads the error from a C++ future (mpicomp/torch/backend.py: _Work)
+        if case == "ddp":  # DDP's reducer reads the error from a C++ future (mpicomp/torch/_futures.py: Work)
             assert r["error"] == "builtins.RuntimeError", what
             error = r["message"].split("when running the callback: ")[1].split(":")[0]
         else:

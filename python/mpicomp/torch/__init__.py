@@ -13,7 +13,8 @@ with rank, size and store from MPI. Other backends' rendezvous stay torch's own 
 ``rendezvous_from_mpi()`` is called.
 """
 
-from .backend import BackendOptions, ProcessGroupMpicomp, backend_options
+from .backend import ProcessGroupMpicomp
+from .options import BackendOptions, backend_options
 from .rendezvous import init_process_group, rendezvous_from_mpi
 from .ddp import DDPHookState, GradientReducer, allreduce_gradients, compressed_allreduce_hook, ddp_hook
 from .mesh import Mesh

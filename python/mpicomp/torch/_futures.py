@@ -1,12 +1,17 @@
 """torch Futures over mpicomp's requests that keep the error's type: ``Future.then`` hands a
 callback's exception on as a RuntimeError ("Got the following error when running the
 callback: ..."), which would turn a ShapeMismatchError or CommTimeoutError into an untyped
-error. Here the original exception reaches whoever waits."""
+error. Here the original exception reaches whoever waits, and the torch backend's Work
+raises it."""
+import datetime
 import threading
 
 import torch
+import torch.distributed as dist
 
-__all__ = ["from_request", "then", "all_of"]
+from ..errors import CommTimeoutError
+
+__all__ = ["from_request", "then", "all_of", "Work", "all_works"]
 
 
 def _settle(fut, fn, *args):
@@ -49,3 +54,44 @@ def all_of(futures, value):
     for f in futures:
         f.add_done_callback(one_done)
     return out
+
+
+class Work(dist.Work):
+    """A torch Work over a torch Future whose ``wait()`` raises the operation's error (the
+    Work of torch's ``_create_work_from_future`` reports success whatever the future holds),
+    and gives up after ``timeout`` (a timedelta, as torch's ``work.wait(timeout)``) with
+    CommTimeoutError, the operation still running.
+
+    ``get_future()`` holds the error as a C++ one, a RuntimeError naming the class ("Got the
+    following error when running the callback: CommTimeoutError: ..."): torch's C++ readers of
+    the future (DDP's reducer without a comm hook) read a Python exception without the GIL
+    and crash the process (torch 2.13). ``wait()`` raises the typed error, and ``fut`` is the
+    future that holds it."""
+
+    def __init__(self, fut):
+        super().__init__()
+        self.fut = fut
+        self._cpp_fut = fut.then(lambda f: f.wait())
+
+    def wait(self, timeout=None):
+        seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else 0
+        if seconds > 0 and not self.fut.done():
+            done = threading.Event()
+            self.fut.add_done_callback(lambda _: done.set())
+            if not done.wait(seconds):
+                raise CommTimeoutError(f"mpicomp backend: work.wait: the operation has not completed after "
+                                       f"{seconds:g} s (it goes on; the group's own timeout ends it)")
+        self.fut.wait()
+        return True
+
+    def get_future(self):
+        return self._cpp_fut
+
+    def is_completed(self):
+        return self.fut.done()
+
+
+def all_works(works, result):
+    """One Work for several started in order: done when all are, with ``result``, or with the
+    error of the first that failed (each still runs: the ranks' sequences stay aligned)."""
+    return Work(all_of([w.fut for w in works], result))

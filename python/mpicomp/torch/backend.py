@@ -19,7 +19,6 @@ uncompressed and exact. Every collective first agrees on count and dtype, so a t
 size differs between ranks raises ``ShapeMismatchError`` on every rank (through
 ``work.wait()``), never a hang, and the group stays usable.
 """
-import datetime
 import threading
 from collections import OrderedDict
 
@@ -32,12 +31,12 @@ import mpicomp
 
 from .. import _comm, _waits
 from .._agree import agree
-from ..codecs import codec_from_environment, wire_codec
-from ..config import from_environment
 from ..errors import ArgumentError, BackendError, CommTimeoutError
 from . import _futures, rendezvous
+from ._futures import Work, all_works
+from .options import BackendOptions
 
-__all__ = ["BackendOptions", "backend_options", "ProcessGroupMpicomp"]
+__all__ = ["ProcessGroupMpicomp"]
 
 _RED = dist.ReduceOp.RedOpType
 _EXACT_OPS = {_RED.SUM: MPI.SUM, _RED.MAX: MPI.MAX, _RED.MIN: MPI.MIN, _RED.PRODUCT: MPI.PROD,
@@ -46,82 +45,6 @@ _EXACT_OPS = {_RED.SUM: MPI.SUM, _RED.MAX: MPI.MAX, _RED.MIN: MPI.MIN, _RED.PROD
 _BOOL_OPS = {_RED.SUM: MPI.LOR, _RED.MAX: MPI.LOR, _RED.BOR: MPI.LOR, _RED.MIN: MPI.LAND, _RED.PRODUCT: MPI.LAND,
              _RED.BAND: MPI.LAND, _RED.BXOR: MPI.LXOR}
 _FEEDBACK_STREAMS = 4096  # error-feedback residuals kept (least recently used dropped)
-
-
-class BackendOptions:
-    """Which traffic the backend compresses, and how.
-
-    Args:
-        codec: codec of floating-point sums, means and gathers (mpicomp.codec spec), from
-            ``MPICOMP_CODEC``; default "none" (exact: MPI's own collectives).
-        allreduce, reduce_scatter, allgather: per-operation codecs, from
-            ``MPICOMP_ALLREDUCE_CODEC``, ``MPICOMP_REDUCE_SCATTER_CODEC``,
-            ``MPICOMP_ALLGATHER_CODEC``; default ``codec``.
-        error_feedback: keep what a lossy codec drops from each tensor stream and add it to
-            the stream's next call (``MPICOMP_ERROR_FEEDBACK=1``); a stream is a (operation,
-            buffer address, size), as DDP's buckets and FSDP2's gradient buffers reuse theirs.
-
-    Messages below ``mpicomp.config.min_bytes`` (``MPICOMP_MIN_BYTES``) travel uncompressed;
-    ``mpicomp.stats()`` counts every call, compressed or not, with its bytes.
-    """
-
-    def __init__(self, codec=None, allreduce=None, reduce_scatter=None, allgather=None, error_feedback=None):
-        named = {"allreduce": allreduce, "reduce_scatter": reduce_scatter, "allgather": allgather}
-        self.codecs = {op: spec or codec or codec_from_environment(op, "none") for op, spec in named.items()}
-        for op, spec in self.codecs.items():
-            wire_codec(spec, f"backend_options: the {op} codec")
-        if error_feedback is None:
-            error_feedback = bool(from_environment("error_feedback", 0))
-        self.error_feedback = bool(error_feedback)
-
-    def __repr__(self):
-        return f"BackendOptions({self.codecs}, error_feedback={self.error_feedback})"
-
-
-def backend_options(**kwargs):
-    """``BackendOptions(**kwargs)``: pass as ``pg_options`` to ``init_process_group`` or
-    ``new_group`` to override the environment for that group."""
-    return BackendOptions(**kwargs)
-
-
-class _Work(dist.Work):
-    """A torch Work over a torch Future whose ``wait()`` raises the operation's error (the
-    Work of torch's ``_create_work_from_future`` reports success whatever the future holds),
-    and gives up after ``timeout`` (a timedelta, as torch's ``work.wait(timeout)``) with
-    CommTimeoutError, the operation still running.
-
-    ``get_future()`` holds the error as a C++ one, a RuntimeError naming the class ("Got the
-    following error when running the callback: CommTimeoutError: ..."): torch's C++ readers of
-    the future (DDP's reducer without a comm hook) read a Python exception without the GIL
-    and crash the process (torch 2.13). ``wait()`` raises the typed error."""
-
-    def __init__(self, fut):
-        super().__init__()
-        self._fut = fut
-        self._cpp_fut = fut.then(lambda f: f.wait())
-
-    def wait(self, timeout=None):
-        seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else 0
-        if seconds > 0 and not self._fut.done():
-            done = threading.Event()
-            self._fut.add_done_callback(lambda _: done.set())
-            if not done.wait(seconds):
-                raise CommTimeoutError(f"mpicomp backend: work.wait: the operation has not completed after "
-                                       f"{seconds:g} s (it goes on; the group's own timeout ends it)")
-        self._fut.wait()
-        return True
-
-    def get_future(self):
-        return self._cpp_fut
-
-    def is_completed(self):
-        return self._fut.done()
-
-
-def _all(works, result):
-    """One Work for several started in order: done when all are, with ``result``, or with the
-    error of the first that failed (each still runs: the ranks' sequences stay aligned)."""
-    return _Work(_futures.all_of([w._fut for w in works], result))
 
 
 def _apart(x, out):
@@ -176,7 +99,7 @@ class ProcessGroupMpicomp(dist.ProcessGroup):
     # -- plumbing --------------------------------------------------------------------------
     def _done(self, req, result):
         """A Work completed when the mpicomp Request ``req`` is, with ``result`` (or its error)."""
-        return _Work(_futures.from_request(req, lambda: result))
+        return Work(_futures.from_request(req, lambda: result))
 
     def _exact(self, result, fn, *tensors):
         """Runs fn(comm) on the worker, after the ranks agreed on the tensors' sizes; comm's
@@ -224,7 +147,7 @@ class ProcessGroupMpicomp(dist.ProcessGroup):
         return self._exact(tensors, lambda c: _reduce_in_place(c, t, op), t)
 
     def allreduce_coalesced(self, tensors, opts=None):
-        return _all([self.allreduce([t], opts) for t in tensors], tensors)
+        return all_works([self.allreduce([t], opts) for t in tensors], tensors)
 
     def reduce_scatter_single(self, out, inp, opts=None):
         op = _op(opts.reduceOp if opts else _RED.SUM)
@@ -245,7 +168,7 @@ class ProcessGroupMpicomp(dist.ProcessGroup):
         return self.reduce_scatter_single(out, torch.cat([p.reshape(-1) for p in parts]), opts)
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
-        return _all([self.reduce_scatter_single(o, i, opts) for o, i in zip(outputs, inputs)], outputs)
+        return all_works([self.reduce_scatter_single(o, i, opts) for o, i in zip(outputs, inputs)], outputs)
 
     # -- gathers ---------------------------------------------------------------------------
     def all_gather_single(self, out, inp, opts=None):
@@ -264,10 +187,10 @@ class ProcessGroupMpicomp(dist.ProcessGroup):
                 o.copy_(part.view_as(o))
             return output_lists
 
-        return _Work(_futures.then(self.all_gather_single(flat, inp, opts)._fut, scatter))
+        return Work(_futures.then(self.all_gather_single(flat, inp, opts).fut, scatter))
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
-        return _all([self.all_gather_single(o, i, opts) for o, i in zip(outputs, inputs)], outputs)
+        return all_works([self.all_gather_single(o, i, opts) for o, i in zip(outputs, inputs)], outputs)
 
     # -- the rest: MPI, exact --------------------------------------------------------------
     def broadcast(self, tensors, opts=None):
@@ -361,7 +284,7 @@ class ProcessGroupMpicomp(dist.ProcessGroup):
                 fut.set_exception(e)
 
         threading.Thread(target=wait, daemon=True).start()
-        return _Work(fut)
+        return Work(fut)
 
     # -- the end ---------------------------------------------------------------------------
     def shutdown(self):
