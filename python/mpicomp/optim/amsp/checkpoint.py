@@ -13,7 +13,7 @@ import torch
 
 from ...errors import MpicompError
 from ..._agree import agree
-from .._sharded import FORMAT, check_checkpoint, checksum
+from .._checkpoint import FORMAT, check_checkpoint, checksum
 from .groups import Groups
 
 __all__ = ["state_dict", "load_state_dict"]
