@@ -61,13 +61,21 @@ char* scratch(int which, size_t bytes) {
 
 void wait(MPI_Request* r, const char* what) { wait_all(1, r, what); }
 
-// The first kInline bytes of a payload are copied into the header message; the rest, if
-// any, travels as a message of its own straight from the caller's buffer. A message that fits
-// one of MPICH's 8 KiB shared-memory cells (less their own header) costs half of one that
-// does not: 4.8 vs 10 us for a 2-rank exchange of 8100 vs 8192 bytes.
-constexpr size_t kInline = 7 * 1024;
-constexpr size_t kMessageMax = sizeof(Header) + kInline;
-size_t rest(size_t bytes) { return bytes > kInline ? bytes - kInline : 0; }
+// The first inline(peer) bytes of a payload are copied into the header message; the rest, if
+// any, travels as a message of its own straight from the caller's buffer. Inside a node, a
+// message that fits one of MPICH's 8 KiB shared-memory cells (less their own header) costs
+// half of one that does not: 4.8 vs 10 us for a 2-rank exchange of 8100 vs 8192 bytes.
+// Between nodes each message pays the network's own cost, which a copy of up to 32 KiB costs
+// less than: bench/netem's TCP links (10 Gbit/s, a rank per node, 2 ranks), an exchange of
+// 8000 bytes took 49.6 us as two messages and 28.5 us for 7168 bytes as one (MPI_Sendrecv:
+// 28-36 us from 2 to 32 KiB). Both ends of a pair take the same size (crosses_nodes).
+constexpr size_t kInlineInside = 7 * 1024, kInlineBetween = 32 * 1024;
+constexpr size_t kMessageMax = sizeof(Header) + kInlineBetween;
+size_t inline_bytes(int peer) { return crosses_nodes(peer) ? kInlineBetween : kInlineInside; }
+size_t rest(size_t bytes, int peer) {
+  const size_t in_header = inline_bytes(peer);
+  return bytes > in_header ? bytes - in_header : 0;
+}
 
 struct Span {
   void* p;
@@ -113,19 +121,18 @@ struct Exchange {
     mine.payload_bytes = s.n;
     mine.expect_bytes = expect;
     std::memcpy(out, &mine, sizeof(Header));
-    size_t head = s.n - rest(s.n);
+    const size_t beside = rest(s.n, peer), head = s.n - beside;
     if (head) std::memcpy(out + sizeof(Header), s.p, head);
     mpi_check(PMPI_Isend(out, int(sizeof(Header) + head), MPI_BYTE, peer, kTag, c, &r[0]), "MPI_Isend");
     note_sent(s.n, peer);
     r[1] = MPI_REQUEST_NULL;
-    if (rest(s.n))
-      mpic::isend_bytes(static_cast<const char*>(s.p) + head, rest(s.n), peer, kDataTag, c, &r[1]);
+    if (beside) mpic::isend_bytes(static_cast<const char*>(s.p) + head, beside, peer, kDataTag, c, &r[1]);
   }
   void post_recv(MPI_Comm c, int peer, Span into, MPI_Request* r) {
     mpi_check(PMPI_Irecv(in_msg, int(kMessageMax), MPI_BYTE, peer, kTag, c, &r[0]), "MPI_Irecv");
     r[1] = MPI_REQUEST_NULL;
-    if (rest(into.n))
-      mpic::irecv_bytes(static_cast<char*>(into.p) + kInline, rest(into.n), peer, kDataTag, c, &r[1]);
+    if (const size_t beside = rest(into.n, peer))
+      mpic::irecv_bytes(static_cast<char*>(into.p) + (into.n - beside), beside, peer, kDataTag, c, &r[1]);
   }
   // Completes a posted receive and notes the header; true when the payload arrived as this
   // rank posted for it. When the sizes differ the signatures do too: the data is unused.
@@ -134,15 +141,17 @@ struct Exchange {
     note(in());
     const uint64_t theirs = in().payload_bytes;
     if (theirs == into.n) {
-      if (rest(into.n)) wait(&r[1], "MPI_Wait");
-      if (into.n) std::memcpy(into.p, in_msg + sizeof(Header), into.n - rest(into.n));
+      const size_t beside = rest(into.n, peer);
+      if (beside) wait(&r[1], "MPI_Wait");
+      if (into.n) std::memcpy(into.p, in_msg + sizeof(Header), into.n - beside);
       return true;
     }
+    const size_t theirs_beside = rest(theirs, peer);
     if (r[1] != MPI_REQUEST_NULL) {
-      if (!rest(theirs)) mpi_check(PMPI_Cancel(&r[1]), "MPI_Cancel");
+      if (!theirs_beside) mpi_check(PMPI_Cancel(&r[1]), "MPI_Cancel");
       PMPI_Wait(&r[1], MPI_STATUS_IGNORE);  // cancelled, or truncated: either way discarded
-    } else if (rest(theirs)) {
-      mpic::recv_bytes(scratch(1, rest(theirs)), rest(theirs), peer, kDataTag, c);
+    } else if (theirs_beside) {
+      mpic::recv_bytes(scratch(1, theirs_beside), theirs_beside, peer, kDataTag, c);
     }
     return false;
   }

@@ -35,8 +35,10 @@ void waitall(std::vector<MPI_Request>& reqs) { wait_all(int(reqs.size()), reqs.d
 }  // namespace
 
 void note_sent(size_t bytes, int peer) {
-  if (t_links) (t_links->between(peer) ? t_sent.inter : t_sent.intra) += bytes;
+  if (t_links) (crosses_nodes(peer) ? t_sent.inter : t_sent.intra) += bytes;
 }
+
+bool crosses_nodes(int peer) { return t_links && t_links->between(peer); }
 
 Sent take_sent_bytes() {
   Sent b = t_sent;

@@ -60,6 +60,9 @@ Sent take_sent_bytes();
 // agreement) by node, where a Links scope says where the peers are; not in Sent::bytes, which
 // bytes_wire reads for compressed calls only.
 void note_sent(size_t bytes, int peer);
+// Whether a message to peer crosses between nodes, as the innermost Links scope says (false
+// outside one): the same answer on both ends of a pair, from the agreed layout.
+bool crosses_nodes(int peer);
 
 // While one is alive, this thread's stages count what they send to a peer as crossing
 // between nodes or not: by the peer's node in `layout` (stages on the communicator the

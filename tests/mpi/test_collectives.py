@@ -286,28 +286,31 @@ def test_the_named_codec_is_applied_on_one_node_unless_skip_local(coll):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64, np.int8])
-@pytest.mark.parametrize("n", [1, 1792, 1793, 9000, 300_001])
+@pytest.mark.parametrize("n", [1, 1792, 1793, 8192, 8193, 300_001])
 @pytest.mark.parametrize("in_place", [False, True])
-def test_allreduce_inside_the_agreement(dtype, n, in_place):
+@pytest.mark.parametrize("kind", ["world", "a node per rank"])
+def test_allreduce_inside_the_agreement(kind, dtype, n, in_place):
     """Uncompressed allreduces that travel with the agreement step (on two ranks at every size,
-    on more up to eager_bytes): the first 7 KiB inside its message, the rest as a second one
-    straight from the buffer. Exact for integers, float32/64 rounding otherwise."""
-    rng = np.random.default_rng(n + WORLD.rank)
+    on more up to eager_bytes): the first 7 KiB (inside a node; 32 KiB between nodes) inside
+    its message, the rest as a second one straight from the buffer. Exact for integers,
+    float32/64 rounding otherwise."""
+    comm = comm_of(kind)
+    rng = np.random.default_rng(n + comm.rank)
     if np.issubdtype(dtype, np.integer):
-        top = 127 // WORLD.size  # the int8 sum must not wrap
+        top = 127 // comm.size  # the int8 sum must not wrap
         x = rng.integers(-top, top, size=n).astype(dtype)
     else:
         x = (rng.standard_normal(n) * 10.0 ** rng.uniform(-3, 3, size=n)).astype(dtype)
-    xs = [v.astype(np.float64) for v in WORLD.allgather(x)]
+    xs = [v.astype(np.float64) for v in comm.allgather(x)]
     exact = np.sum(xs, axis=0)
-    y = mpicomp.allreduce(x, codec="none", out=x if in_place else None)
+    y = mpicomp.allreduce(x, comm=comm, codec="none", out=x if in_place else None)
     assert y.dtype == dtype and (y is x) == in_place
     if np.issubdtype(dtype, np.integer):
         assert np.array_equal(y.astype(np.float64), exact)
     else:
         eps = np.finfo(dtype).eps
-        assert np.all(np.abs(y - exact) <= np.sum(np.abs(xs), axis=0) * eps * WORLD.size)
-    assert identical_everywhere(WORLD, y)
+        assert np.all(np.abs(y - exact) <= np.sum(np.abs(xs), axis=0) * eps * comm.size)
+    assert identical_everywhere(comm, y)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64, np.int8])

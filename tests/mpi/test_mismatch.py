@@ -75,12 +75,14 @@ def test_disagreement(kind, coll, what, size_class):
 
 @pytest.mark.parametrize("theirs", [(np.float32, 5000), (np.float32, 100), (np.float32, 30000), (np.float32, 0),
                                     (np.float16, 20000), (np.float64, 20000)])
-def test_uncompressed_payloads_that_differ(theirs):
+@pytest.mark.parametrize("kind", ["world", "a node per rank"])
+def test_uncompressed_payloads_that_differ(kind, theirs):
     """Rank 1's uncompressed allreduce carries another payload than the others' 20000 float32
     (on two ranks all travel with the agreement step): one inside the header message against
-    one beside it, two beside it of different sizes (one receive truncated), none against
-    some. Every rank raises, and no stray message reaches the next calls."""
-    comm = comm_of("world")
+    one beside it (inside a node, the first 7 KiB go inside; between nodes 32 KiB), two beside
+    it of different sizes (one receive truncated), none against some. Every rank raises, and
+    no stray message reaches the next calls."""
+    comm = comm_of(kind)
     if comm.Get_size() < 2:
         pytest.skip("needs 2 ranks")
     dtype, n = theirs if comm.Get_rank() == 1 else (np.float32, 20000)

@@ -16,10 +16,12 @@ import mpicomp
 from _mpiutil import WORLD, assert_identical_on_all_ranks, config, data, sum64
 from test_mismatch import COLLS, call, check_still_works, disagreement
 
-# Bytes of the data that rides: inside the agreement's header message, beyond it (the first
-# 7 KiB travel inside, the rest as a message of its own), and from 16 KiB, where on nodes of 2
-# it crosses between nodes in one lane; within eager_bytes (32 KiB).
-PAYLOADS = [400, 9000, 20000]
+# Bytes of the data that rides: inside the agreement's header message, beyond it inside a
+# node (the first 7 KiB travel inside, the rest as a message of its own), from 16 KiB, where on
+# nodes of 2 it crosses between nodes in one lane, and beyond the header message between nodes
+# (32 KiB inside it there), under EAGER_BYTES.
+PAYLOADS = [400, 9000, 20000, 40000]
+EAGER_BYTES = 1 << 16
 
 
 def elements(payload, dtype, parts=1):
@@ -83,7 +85,8 @@ def test_small_allreduce_rides_the_agreement_on_nodes(dtype, op, payload):
     for k, name, comm in node_comms():
         x = (data(comm, n, k) * (1000 if dtype == "int32" else 1)).astype(dtype)
         mpicomp.reset_stats()
-        y = mpicomp.allreduce(x, comm=comm, codec="none", op=op)
+        with config(eager_bytes=EAGER_BYTES):
+            y = mpicomp.allreduce(x, comm=comm, codec="none", op=op)
         assert mpicomp.stats()["allreduce"]["algorithms"] == {"eager": 1}
         div = comm.size if op == "avg" else 1
         exact = sum64(comm, x) / div
@@ -99,7 +102,8 @@ def test_small_reduce_scatter_rides_the_agreement_on_nodes(dtype, payload):
         n = elements(payload, dtype, comm.size) // comm.size  # each rank's part
         x = data(comm, n * comm.size, k, 1).astype(dtype)
         mpicomp.reset_stats()
-        y = mpicomp.reduce_scatter(x, comm=comm, codec="none")
+        with config(eager_bytes=EAGER_BYTES):
+            y = mpicomp.reduce_scatter(x, comm=comm, codec="none")
         assert mpicomp.stats()["reduce_scatter"]["algorithms"] == {"eager": 1}
         part = slice(comm.rank * n, (comm.rank + 1) * n)
         exact = sum64(comm, x)
@@ -114,7 +118,8 @@ def test_small_allgather_rides_the_agreement_on_nodes_in_rank_order(dtype, paylo
         n = payload // comm.size // np.dtype(dtype).itemsize  # each rank's block
         x = (data(comm, n, k, 2) * 50).astype(dtype)
         mpicomp.reset_stats()
-        y = mpicomp.allgather(x, comm=comm, codec="none")
+        with config(eager_bytes=EAGER_BYTES):
+            y = mpicomp.allgather(x, comm=comm, codec="none")
         assert mpicomp.stats()["allgather"]["algorithms"] == {"eager": 1}
         assert np.array_equal(y, np.concatenate(comm.allgather(x))), (k, name)
 
