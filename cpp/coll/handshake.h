@@ -55,8 +55,8 @@ struct Payload {
     none,    // agree() alone
     sum,     // in, out: count elements; out = the sum over ranks (recursive doubling)
     halve,   // in, out: count elements in `size` equal parts; part `rank` of out = the sum of
-             // everyone's part `rank`, the rest of out is scratch (on two ranks half the
-             // vector moves each way; on more, the whole sum is made)
+             // everyone's part `rank`, the rest of out is scratch (recursive halving; on
+             // nodes of several ranks, two levels, the whole sum is made)
     gather,  // in: this rank's block of count bytes; out: size blocks, all ranks' in, in rank
              // order (recursive doubling, each block received straight into place)
   } kind = none;

@@ -55,3 +55,21 @@ def test_send_recv_are_counted_on_the_sender():
     assert s["calls"] == (1 if WORLD.rank == 0 else 0)
     if WORLD.rank == 0:
         assert s["compressed"] == 1 and 3.9 < s["bytes_plain"] / s["bytes_wire"] < 4
+
+
+@pytest.mark.parametrize("k", [1, 700])
+def test_small_reduce_scatter_goes_by_recursive_halving(k):
+    """An uncompressed reduce-scatter that rides the agreement moves what MPI's recursive
+    halving moves, counted by mpicomp.stats() (all of it inside this one node): of p ranks, the
+    p - pof2 beyond a power of two hand their vector (V bytes) to a partner and get their part
+    back; each round the others send the half of what they hold that their partner keeps
+    (pof2 / 2 V in the first round over all of them, then half as much): (p - 1) V + (p - pof2) V / p
+    over the ranks, where recursive doubling sends the whole vector every round."""
+    p = WORLD.size
+    x = np.ones(k * p, np.float32)
+    y = mpicomp.reduce_scatter(x, codec="none")
+    assert np.array_equal(y, np.full(k, p, np.float32))
+    s = mpicomp.stats()["reduce_scatter"]
+    assert s["algorithms"] == {"eager": 1}
+    pof2 = 1 << (p.bit_length() - 1)
+    assert WORLD.allreduce(s["bytes_inter"] + s["bytes_intra"]) == (p - 1) * x.nbytes + (p - pof2) * x.nbytes // p
