@@ -78,10 +78,10 @@ def test_float64_is_summed_exactly_or_refused(compress_small, coll):
     default codec, for float64) and the lossless codecs exact; every lossy codec refused on
     every rank."""
     n = 1024 * WORLD.size
-    x = np.full(n, 1e300 / WORLD.size)
+    x = np.full(n, 2.0 ** 993)  # 1.25e299; up to 8 of them add exactly in any order (1e300 / 7 would not)
     x[:3] = [1 + 1e-12, -2.5e-310, 3.0]
     want = np.empty_like(x)
-    WORLD.Allreduce(x, want, op=MPI.SUM)  # every rank holds the same x: any summation order gives these bits
+    WORLD.Allreduce(x, want, op=MPI.SUM)  # every rank holds the same x, summed exactly: any order gives these bits
     if coll == "reduce_scatter":
         want = want[WORLD.rank * 1024:(WORLD.rank + 1) * 1024]
     for codec in ("none", None, "lz4", "lossless"):
