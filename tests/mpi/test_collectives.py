@@ -291,7 +291,7 @@ def test_the_named_codec_is_applied_on_one_node_unless_skip_local(coll):
 @pytest.mark.parametrize("kind", ["world", "a node per rank"])
 def test_allreduce_inside_the_agreement(kind, dtype, n, in_place):
     """Uncompressed allreduces that travel with the agreement step (on two ranks at every size,
-    on more up to eager_bytes): the first 7 KiB (inside a node; 32 KiB between nodes) inside
+    on more up to eager_bytes): the first 7 KiB (between nodes, up to 32 KiB whole) inside
     its message, the rest as a second one straight from the buffer. Exact for integers,
     float32/64 rounding otherwise."""
     comm = comm_of(kind)

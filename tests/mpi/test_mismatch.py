@@ -79,7 +79,7 @@ def test_disagreement(kind, coll, what, size_class):
 def test_uncompressed_payloads_that_differ(kind, theirs):
     """Rank 1's uncompressed allreduce carries another payload than the others' 20000 float32
     (on two ranks all travel with the agreement step): one inside the header message against
-    one beside it (inside a node, the first 7 KiB go inside; between nodes 32 KiB), two beside
+    one beside it (the first 7 KiB go inside; between nodes up to 32 KiB go whole), two beside
     it of different sizes (one receive truncated), none against some. Every rank raises, and
     no stray message reaches the next calls."""
     comm = comm_of(kind)

@@ -19,7 +19,7 @@ from test_mismatch import COLLS, call, check_still_works, disagreement
 # Bytes of the data that rides: inside the agreement's header message, beyond it inside a
 # node (the first 7 KiB travel inside, the rest as a message of its own), from 16 KiB, where on
 # nodes of 2 it crosses between nodes in one lane, and beyond the header message between nodes
-# (32 KiB inside it there), under EAGER_BYTES.
+# (which take up to 32 KiB whole), under EAGER_BYTES.
 PAYLOADS = [400, 9000, 20000, 40000]
 EAGER_BYTES = 1 << 16
 
