@@ -313,10 +313,10 @@ void halving(Exchange& ex, MPI_Comm c, int r, int size) {
   const int rem = size - pof2;
   const size_t part = ex.data.count / size * ex.elem, whole = ex.data.count * ex.elem;
   auto first = [&](int nr) { return size_t(nr < rem ? 2 * nr : nr + rem); };  // a newrank's first part
-  char* tmp = scratch(0, whole);
   int nr = r - rem;
   if (r < 2 * rem) {
     nr = r % 2 ? -1 : r / 2;
+    char* tmp = r % 2 ? nullptr : scratch(0, whole);
     if (r % 2)
       ex.send(c, r - 1, Span{const_cast<char*>(ex.src), whole});
     else if (ex.recv(c, r + 1, Span{tmp, whole}))
@@ -327,6 +327,7 @@ void halving(Exchange& ex, MPI_Comm c, int r, int size) {
     const int keep = nr & mask ? lo + mask : lo, give = nr & mask ? lo : lo + mask;
     const size_t at = first(keep) * part, bytes = (first(keep + mask) - first(keep)) * part;
     const size_t from = first(give) * part, sent = (first(give + mask) - first(give)) * part;
+    char* tmp = scratch(0, bytes);  // the halves shrink: one buffer serves every round
     if (ex.sendrecv(c, peer, Span{const_cast<char*>(ex.src) + from, sent}, Span{tmp, bytes})) ex.add(at, tmp, bytes);
     lo = keep;
   }
