@@ -194,6 +194,15 @@ def test_pt2pt_needs_two_ranks():
     assert r.returncode == 2 and "needs at least 2 ranks" in r.stdout
 
 
+def test_one_rank_says_to_start_it_under_mpiexec():
+    r = bench("allgather", "-m", "1K:1K", "-i", "2", "--rounds", "1", "--codec", "none")
+    assert r.returncode == 0, r.stderr
+    assert "# one rank: nothing travels between ranks; start it under mpiexec (mpiexec -n 2 mpicomp-bench allgather" \
+        in r.stdout
+    r = bench("allgather", "-m", "1K:1K", "-i", "2", "--rounds", "1", "--codec", "none", n=2)
+    assert r.returncode == 0 and "one rank" not in r.stdout, r.stdout
+
+
 def test_plot_draws_a_png_from_results(tmp_path):
     recs = [dict(op="allreduce", impl=impl, codec=codec, size=s, np=2, link="1gbit", avg_latency_us=t * s / 1024)
             for impl, codec, t in (("mpi", "none", 4.0), ("mpicomp", "none", 4.1), ("mpicomp", "int8", 1.0))

@@ -53,6 +53,7 @@ def test_the_backend_default_follows_the_variables():
 
 @pytest.mark.parametrize("var,value,error", [
     ("MPICOMP_CODEC", "int9", "CodecError: MPICOMP_CODEC='int9': unknown codec 'int9'"),
+    ("MPICOMP_CODEC", "Int8", ", auto, auto:<codec>, or off (MPI's own collective)"),  # what only the variables take
     ("MPICOMP_ALLREDUCE_CODEC", "int4:block=3", "CodecError: MPICOMP_ALLREDUCE_CODEC='int4:block=3'"),
     ("MPICOMP_ERROR_FEEDBACK", "yes", "ArgumentError: invalid setting MPICOMP_ERROR_FEEDBACK=yes: expected 0 or 1"),
 ])

@@ -64,10 +64,12 @@ def test_the_old_compress_local_variable_is_refused():
 
 
 def test_a_misspelt_variable_is_reported():
-    """Python warns (once per process); the interposer says so at start-up (tests/test_pmpi.py)."""
+    """Python warns (once per process), at the program's own import line rather than inside
+    mpicomp; the interposer says so at start-up (tests/test_pmpi.py)."""
     r = run(1, "-c", "import mpicomp", MPICOMP_MIN_BYTS="1", MPICOMP_MIN_BYTES="1")
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stderr.count("unknown variable") == 1 and "MPICOMP_MIN_BYTS ignored" in r.stderr, r.stderr
+    assert r.stderr.startswith("<string>:1: UserWarning: mpicomp: unknown variable"), r.stderr
 
 
 def test_mpicomp_config_prints_paths_and_flags():

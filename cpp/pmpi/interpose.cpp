@@ -8,6 +8,7 @@
 #include <chrono>
 #include <thread>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -292,6 +293,7 @@ void on_init() {
     std::fflush(stderr);
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     PMPI_Abort(MPI_COMM_WORLD, 2);
+    std::_Exit(2);  // MPICH's MPI_Abort may return on the rank that called it before the job ends
   }
   set_config(Config{g_settings.min_bytes, g_settings.eager_bytes, g_settings.segment_bytes, g_settings.skip_local,
                     g_settings.verbose, g_settings.timeout_s, g_settings.cache_bytes, g_settings.hierarchy,

@@ -278,7 +278,8 @@ def codec_from_environment(op, default):
             try:
                 codec(spec)
             except CodecError as e:
-                raise CodecError(f"{var}={os.environ[var]!r}: {e}") from None
+                also = ", auto:<codec>, or off (MPI's own collective)" if "available:" in str(e) else ""
+                raise CodecError(f"{var}={os.environ[var]!r}: {e}{also}") from None
             return spec
     return default
 

@@ -99,6 +99,7 @@ attribute              environment variable            meaning
 the LD_PRELOAD interposer library, which reads its own ``MPICOMP_*`` variables (README).
 """
 
+import os
 import sys
 import warnings
 from importlib.metadata import version
@@ -169,9 +170,27 @@ config = _Config()
 DEFAULT_TIMEOUT_S = 1800.0
 config.timeout_s = DEFAULT_TIMEOUT_S
 
+
+def _importer_level():
+    """warnings.warn's stacklevel of the first frame outside mpicomp: the program's own import
+    line, whichever of mpicomp's modules imported this one (the warnings module skips the
+    import machinery's frames itself)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    frame, level = sys._getframe(1), 1
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not ("importlib" in name and "_bootstrap" in name):
+            if not os.path.abspath(name).startswith(here):
+                return level
+            level += 1
+        frame = frame.f_back
+    return 1
+
+
 # A misspelt variable is reported, not silently ignored (the list: cpp/coll/environment.cpp).
 for _unknown in _core.unknown_environment():
-    warnings.warn(f"mpicomp: unknown variable {_unknown} ignored (a misspelling? README: Configuration)", stacklevel=2)
+    warnings.warn(f"mpicomp: unknown variable {_unknown} ignored (a misspelling? README: Configuration)",
+                  stacklevel=_importer_level())
 
 # Every MPICOMP_* setting, checked at import by the core's rules: an invalid one raises
 # ArgumentError ("invalid setting MPICOMP_MIN_BYTES=lots: expected a byte count ..."), as

@@ -128,6 +128,9 @@ def run(args, comm=MPI.COMM_WORLD):
     notes = [f"sizes: bytes of {args.dtype} input per rank; {iterations_note(args)}, best of "
              f"{args.rounds} rounds; compression below {config.min_bytes} bytes: off (mpicomp.config.min_bytes)"
              + ("; ranks of one node: uncompressed (config.skip_local, MPICOMP_SKIP_LOCAL=1)" if skip_local else "")]
+    if p == 1:
+        notes.append(f"one rank: nothing travels between ranks; start it under mpiexec "
+                     f"(mpiexec -n 2 mpicomp-bench {op.name} ...)")
     compare = list(args.compare)
     if "gloo" in compare and not op.gloo:
         compare.remove("gloo")
