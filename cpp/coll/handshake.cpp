@@ -199,24 +199,34 @@ struct Blocks {
   Span units(int lo, int hi) const { return Span{at(lo), size_t(at(hi) - at(lo))}; }
 };
 
+// The ranks of recursive doubling and halving, as MPICH's: of `size` ranks the first 2 * rem
+// pair up, the odd one of each pair handing its data to the even one and sitting out the
+// rounds among the pof2 that remain, numbered 0 .. pof2-1 (newranks).
+struct Newranks {
+  int pof2 = 1, rem = 0, nr = -1;  // nr: this rank's newrank; -1: it sits out
+  Newranks(int r, int size) {
+    while (pof2 * 2 <= size) pof2 *= 2;
+    rem = size - pof2;
+    nr = r < 2 * rem ? (r % 2 ? -1 : r / 2) : r - rem;
+  }
+  // Newrank k's rank, which is also the first of the ranks' units it holds (rank(pof2): size).
+  int rank(int k) const { return k < rem ? 2 * k : k + rem; }
+};
+
 // Recursive doubling among `size` ranks of c, this one `r` (as MPICH's allreduce): the first
 // 2 * rem ranks pair up, the odd one handing its data to the even one, the pof2 that remain
 // exchange with partners at distance 1, 2, 4, ..., and the even ranks hand the result back.
 // Sums exchange the whole vector each round; a gather exchanges the blocks it holds, which
 // are always a contiguous run of units, received straight into place.
 void doubling(Exchange& ex, MPI_Comm c, int r, int size, const Blocks& blk) {
-  int pof2 = 1;
-  while (pof2 * 2 <= size) pof2 *= 2;
-  const int rem = size - pof2;
+  const Newranks n(r, size);
+  const int pof2 = n.pof2, rem = n.rem, nr = n.nr;
   const bool gather = ex.data.kind == Payload::gather;
   const size_t bytes = gather ? 0 : blk.B * ex.elem;  // a sum's (blk.B elements; none: headers alone)
   char* tmp = gather ? nullptr : scratch(0, bytes);
-  auto first = [&](int nr) { return nr < rem ? 2 * nr : nr + rem; };  // a newrank's first unit
-  auto held = [&](int lo, int n) { return blk.units(first(lo), first(std::min(lo + n, pof2))); };
+  auto held = [&](int lo, int k) { return blk.units(n.rank(lo), n.rank(std::min(lo + k, pof2))); };
   auto whole = [&] { return Span{const_cast<char*>(ex.src), bytes}; };  // a sum's
-  int nr = r - rem;
   if (r < 2 * rem) {
-    nr = r % 2 ? -1 : r / 2;
     if (r % 2)
       ex.send(c, r - 1, gather ? blk.units(r, r + 1) : whole());
     else if (gather)
@@ -225,7 +235,7 @@ void doubling(Exchange& ex, MPI_Comm c, int r, int size, const Blocks& blk) {
       ex.add(0, tmp, bytes);
   }
   for (int mask = 1; nr >= 0 && mask < pof2; mask <<= 1) {
-    const int pn = nr ^ mask, peer = pn < rem ? pn * 2 : pn + rem;
+    const int pn = nr ^ mask, peer = n.rank(pn);
     if (gather) {
       ex.sendrecv(c, peer, held(nr & ~(mask - 1), mask), held(pn & ~(mask - 1), mask));
     } else if (ex.sendrecv(c, peer, whole(), Span{tmp, bytes})) {
@@ -308,14 +318,11 @@ void two_levels(Exchange& ex, const CommInfo& ci, const NodeLayout& L) {
 // The headers meet as in doubling(): every rank's reaches every rank. On two ranks it is the
 // single exchange MPI's reduce-scatter makes: half the vector each way.
 void halving(Exchange& ex, MPI_Comm c, int r, int size) {
-  int pof2 = 1;
-  while (pof2 * 2 <= size) pof2 *= 2;
-  const int rem = size - pof2;
+  const Newranks n(r, size);
+  const int pof2 = n.pof2, rem = n.rem, nr = n.nr;
   const size_t part = ex.data.count / size * ex.elem, whole = ex.data.count * ex.elem;
-  auto first = [&](int nr) { return size_t(nr < rem ? 2 * nr : nr + rem); };  // a newrank's first part
-  int nr = r - rem;
+  auto first = [&](int k) { return size_t(n.rank(k)); };  // a newrank's first part
   if (r < 2 * rem) {
-    nr = r % 2 ? -1 : r / 2;
     char* tmp = r % 2 ? nullptr : scratch(0, whole);
     if (r % 2)
       ex.send(c, r - 1, Span{const_cast<char*>(ex.src), whole});
@@ -323,7 +330,7 @@ void halving(Exchange& ex, MPI_Comm c, int r, int size) {
       ex.add(0, tmp, whole);
   }
   for (int lo = 0, mask = pof2 / 2; nr >= 0 && mask >= 1; mask >>= 1) {
-    const int pn = nr ^ mask, peer = pn < rem ? pn * 2 : pn + rem;
+    const int pn = nr ^ mask, peer = n.rank(pn);
     const int keep = nr & mask ? lo + mask : lo, give = nr & mask ? lo : lo + mask;
     const size_t at = first(keep) * part, bytes = (first(keep + mask) - first(keep)) * part;
     const size_t from = first(give) * part, sent = (first(give + mask) - first(give)) * part;
