@@ -278,7 +278,8 @@ def codec_from_environment(op, default):
             try:
                 codec(spec)
             except CodecError as e:
-                also = ", auto:<codec>, or off (MPI's own collective)" if "available:" in str(e) else ""
+                unknown = spec.split(":", 1)[0].strip() not in _CODECS  # e lists the codecs
+                also = ", auto:<codec>, or off (MPI's own collective)" if unknown else ""
                 raise CodecError(f"{var}={os.environ[var]!r}: {e}{also}") from None
             return spec
     return default
