@@ -21,8 +21,8 @@ _comms = {}
 
 def comm_of(kind):
     """COMM_WORLD, a Split by rank parity, a Dup, a Create_cart, a Dup laid out as a node per
-    rank; created once, collectively
-    (every rank runs the same tests in the same order, so the first use is on all ranks)."""
+    rank; created once, collectively (every rank runs the same tests in the same order, so the
+    first use is on all ranks)."""
     if kind not in _comms:
         if kind == "world":
             c = WORLD
@@ -32,7 +32,7 @@ def comm_of(kind):
             c = WORLD.Dup()
         elif kind == "cart":
             c = WORLD.Create_cart([WORLD.Get_size()], periods=[True], reorder=False)
-        elif kind == "a node per rank":  # every message crosses between nodes (cpp/coll/handshake.cpp: inline_bytes)
+        elif kind == "a node per rank":  # every message crosses between nodes (cpp/coll/handshake.cpp: rest)
             with config(ranks_per_node=1):
                 c = WORLD.Dup()
                 assert mpicomp.node_layout(c).nodes == c.Get_size()

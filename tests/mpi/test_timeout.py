@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import mpicomp
-from _mpiutil import WORLD
+from _mpiutil import WORLD, config
 
 TIMEOUT = 1.0
 
@@ -54,6 +54,26 @@ def test_a_rank_that_never_arrives(timeout, coll, codec, n):
     fresh = WORLD.Dup()
     np.testing.assert_allclose(fn(x, comm=fresh, codec=codec), _expected(coll, n, p), rtol=1e-2)
     fresh.Free()
+
+
+@pytest.mark.parametrize("coll", ["allreduce", "reduce_scatter"])
+def test_a_rank_that_never_arrives_between_nodes(timeout, coll):
+    """Every rank a node of its own: small uncompressed calls ride the agreement with 16 KiB
+    whole in its header messages (cpp/coll/handshake.cpp: rest), reduce-scatters by recursive
+    halving; the ranks waiting for one that never arrives raise within the timeout."""
+    fn = getattr(mpicomp, coll)
+    with config(ranks_per_node=1):
+        comm = WORLD.Dup()
+        fn(np.ones(8, np.float32) if coll == "allreduce" else np.ones(8 * comm.size, np.float32), comm=comm)
+    p, r = comm.Get_size(), comm.Get_rank()
+    x = _input(coll, 4096 // (p if coll == "reduce_scatter" else 1), p)  # 16 KiB of input
+    if r != p - 1:
+        t0 = time.perf_counter()
+        with pytest.raises(mpicomp.CommTimeoutError, match="timeout_s"):
+            fn(x, comm=comm, codec="none")
+        assert 0.9 * TIMEOUT <= time.perf_counter() - t0 < TIMEOUT + 10
+    WORLD.Barrier()
+    comm.Free()
 
 
 def test_a_rank_that_never_arrives_at_an_allreduce_in_pieces(timeout):
