@@ -2,6 +2,7 @@
 tests/torch/mpi/conftest.py, so pytest finds these hooks and fixtures there)."""
 import os
 import sys
+import time
 
 import pytest
 from _launch import FAILURES, under_mpiexec
@@ -42,3 +43,12 @@ def _same_config():
     saved = _core.get_config()
     yield
     _core.set_config(*saved)
+
+
+def wait_asleep(comm):
+    """comm.Barrier(), asleep between looks: the rank the others time out waiting for (the
+    tests marked "waits") sits here for the whole timeout, and MPI's own Barrier would spin
+    through it, taking a core from the ranks of the job tests/test_mpi_launch.py runs beside."""
+    request = comm.Ibarrier()
+    while not request.Test():
+        time.sleep(0.002)

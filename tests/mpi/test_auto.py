@@ -11,6 +11,7 @@ from mpicomp import _core
 from mpicomp._dtypes import DTYPE_IDS
 
 from _mpiutil import WORLD, allreduce_bound
+from _ranks import wait_asleep
 
 ALLREDUCE = _core.COLL_IDS["allreduce"]
 INT8 = mpicomp.codec("int8")
@@ -168,6 +169,7 @@ def test_on_nodes_each_way_takes_the_hierarchy_the_model_says(comm):
 
 
 @needs_nodes
+@pytest.mark.waits
 @pytest.mark.parametrize("kib,algorithm", [(16, "eager"), (32, "two_level"), (64, "mpi"), (128, "two_level"),
                                            (256, "flat")])
 def test_on_nodes_a_stalled_rank_makes_the_others_raise_on_each_path(comm, kib, algorithm):
@@ -187,7 +189,7 @@ def test_on_nodes_a_stalled_rank_makes_the_others_raise_on_each_path(comm, kib, 
         assert time.perf_counter() - t0 < 11
         with pytest.raises(mpicomp.CommTimeoutError, match="earlier call"):
             mpicomp.allreduce(x, comm=comm, codec="auto")
-    WORLD.Barrier()
+    wait_asleep(WORLD)
     fresh = WORLD.Dup()
     install_five_paths(fresh)
     np.testing.assert_allclose(mpicomp.allreduce(x, comm=fresh, codec="auto"), comm.size, rtol=1e-2)
@@ -286,6 +288,7 @@ def test_calls_faster_than_measured_measure_again(comm):
     assert drifting_calls(comm, reprobe_s=0.01) == 1
 
 
+@pytest.mark.waits
 def test_a_late_rank_alone_does_not_measure_again(comm):
     # The others wait 0.05 s for rank 0 in each call, more than the model's 40 ms, but rank 0's
     # own calls run at the link's speed: that is skew between ranks, not a faster link.

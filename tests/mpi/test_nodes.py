@@ -12,7 +12,8 @@ from mpi4py import MPI
 import mpicomp
 
 import _reference as ref
-from _mpiutil import WORLD, config, data, sum64
+from _mpiutil import WORLD, config, sum64
+from _ranks import wait_asleep
 
 CODECS = ["none", "fp16", "bf16", "int8", "int4", "sign", "lossless"]
 
@@ -356,6 +357,7 @@ def test_bound_holds_on_nodes(coll, spec, min_bytes):
             assert err <= bound, (k, op, err, bound)
 
 
+@pytest.mark.waits
 @pytest.mark.parametrize("codec", ["int8", "none", "bound:rel=1e-3"])  # float32 "none" is two-level too on these nodes
 def test_a_stalled_rank_makes_the_others_raise(codec):
     """config.timeout_s on the two-level path: the ranks waiting for one that never arrives
@@ -376,11 +378,12 @@ def test_a_stalled_rank_makes_the_others_raise(codec):
                 assert time.perf_counter() - t0 < 11
                 with pytest.raises(mpicomp.CommTimeoutError, match="earlier call"):
                     mpicomp.allreduce(x, comm=comm, codec=codec)
-            WORLD.Barrier()
+            wait_asleep(WORLD)
             fresh = nodes_comm(k)
             assert np.all(np.abs(mpicomp.allreduce(x, comm=fresh, codec=codec) - comm.size) <= 1e-3 * comm.size)
 
 
+@pytest.mark.waits
 @pytest.mark.parametrize("coll", ["reduce_scatter", "allgather"])
 def test_a_stalled_rank_makes_the_others_raise_in_two_level_reduce_scatter_and_allgather(coll):
     """As above, on the two-level reduce_scatter and allgather (nodes of equal size)."""
@@ -399,4 +402,4 @@ def test_a_stalled_rank_makes_the_others_raise_in_two_level_reduce_scatter_and_a
                 with pytest.raises(mpicomp.CommTimeoutError, match="timeout_s"):
                     fn(x, comm=comm, codec="int8")
                 assert time.perf_counter() - t0 < 11
-            WORLD.Barrier()
+            wait_asleep(WORLD)

@@ -14,6 +14,7 @@ import pytest
 import mpicomp
 
 from _mpiutil import WORLD, assert_identical_on_all_ranks, config, data, sum64
+from _ranks import wait_asleep
 from test_mismatch import COLLS, call, check_still_works, disagreement
 
 # Bytes of the data that rides: inside the agreement's header message, beyond it inside a
@@ -210,6 +211,7 @@ def test_ranks_that_disagree_on_the_hierarchy_of_a_small_sum_raise_everywhere(od
         check_still_works(comm, "allgather")
 
 
+@pytest.mark.waits
 @pytest.mark.parametrize("stalled", ["first", "last"])
 @pytest.mark.parametrize("n", [1000, 6000])
 def test_a_stalled_rank_makes_the_others_raise_on_nodes(n, stalled):
@@ -230,7 +232,7 @@ def test_a_stalled_rank_makes_the_others_raise_on_nodes(n, stalled):
                 with pytest.raises(mpicomp.CommTimeoutError, match="timeout_s"):
                     mpicomp.allreduce(x, comm=comm, codec="none")
                 assert time.perf_counter() - t0 < 11
-            WORLD.Barrier()
+            wait_asleep(WORLD)
         fresh = WORLD.Dup()
         assert np.array_equal(mpicomp.allreduce(x, comm=fresh, codec="none"), np.full(n, comm.size, np.float32))
         fresh.Free()

@@ -9,6 +9,9 @@ import pytest
 
 import mpicomp
 from _mpiutil import WORLD, config
+from _ranks import wait_asleep
+
+pytestmark = pytest.mark.waits
 
 TIMEOUT = 1.0
 
@@ -49,7 +52,7 @@ def test_a_rank_that_never_arrives(timeout, coll, codec, n):
         with pytest.raises(mpicomp.CommTimeoutError, match="earlier call"):
             fn(x, comm=comm, codec=codec)
         assert time.perf_counter() - t0 < 0.5 * TIMEOUT  # refused at once
-    WORLD.Barrier()
+    wait_asleep(WORLD)
     comm.Free()
     fresh = WORLD.Dup()
     np.testing.assert_allclose(fn(x, comm=fresh, codec=codec), _expected(coll, n, p), rtol=1e-2)
@@ -72,7 +75,7 @@ def test_a_rank_that_never_arrives_between_nodes(timeout, coll):
         with pytest.raises(mpicomp.CommTimeoutError, match="timeout_s"):
             fn(x, comm=comm, codec="none")
         assert 0.9 * TIMEOUT <= time.perf_counter() - t0 < TIMEOUT + 10
-    WORLD.Barrier()
+    wait_asleep(WORLD)
     comm.Free()
 
 
@@ -90,7 +93,7 @@ def test_a_rank_that_never_arrives_at_an_allreduce_in_pieces(timeout):
         with pytest.raises(mpicomp.CommTimeoutError, match="timeout_s"):
             mpicomp.allreduce(x, comm=comm, codec="none")
         assert 0.9 * TIMEOUT <= time.perf_counter() - t0 < TIMEOUT + 10
-    WORLD.Barrier()
+    wait_asleep(WORLD)
     comm.Free()
     fresh = WORLD.Dup()
     assert (mpicomp.allreduce(x, comm=fresh, codec="none") == p).all()
@@ -142,7 +145,7 @@ def test_a_communicators_own_timeout_wins_and_its_duplicates_inherit_it():
         if late:
             time.sleep(3 * TIMEOUT)
         assert (mpicomp.allreduce(x, comm=other, codec="int8") == WORLD.Get_size()).all()
-        WORLD.Barrier()
+        wait_asleep(WORLD)
         for c in (comm, dup, other):
             c.Free()
     finally:
@@ -165,7 +168,7 @@ def test_recv_from_a_rank_that_never_sends(timeout, n):
     if r == 0:
         with pytest.raises(mpicomp.CommTimeoutError):
             mpicomp.recv(np.empty(n, np.float32), source=1, comm=comm, codec="int8", tag=3)
-    comm.Barrier()
+    wait_asleep(comm)
     # The cancelled receive took nothing: the next message between the pair is the one sent.
     if r == 1:
         mpicomp.send(x, 0, comm=comm, codec="int8", tag=3)

@@ -19,6 +19,7 @@ TIMEOUT = 2.0
 STALLED = N - 1
 
 
+@pytest.mark.waits
 @pytest.mark.parametrize("case", sorted(CASES))
 @pytest.mark.parametrize("set_by", ["config", "timeout="])
 def test_a_stalled_rank_makes_the_others_raise(monkeypatch, case, set_by):

@@ -14,6 +14,7 @@ from mpi4py import MPI
 
 import mpicomp
 import mpicomp.torch as mt
+from _ranks import wait_asleep
 
 WORLD = MPI.COMM_WORLD
 RANK, N = WORLD.Get_rank(), WORLD.Get_size()
@@ -281,6 +282,7 @@ def _timed_group(seconds):
     return dist.new_group(backend="mpicomp", timeout=datetime.timedelta(seconds=seconds))
 
 
+@pytest.mark.waits
 def test_a_receive_nobody_matches_raises_at_the_groups_timeout(gloo):
     g = _timed_group(1.5)
     if RANK == 0 and N > 1:
@@ -288,7 +290,7 @@ def test_a_receive_nobody_matches_raises_at_the_groups_timeout(gloo):
         with pytest.raises(mpicomp.CommTimeoutError, match="send/recv"):
             dist.recv(torch.empty(3), src=1, group=g, tag=9)
         assert 1.4 < time.perf_counter() - t0 < 10
-    WORLD.Barrier()  # not the group's: the others would time out waiting for rank 0
+    wait_asleep(WORLD)  # not the group's: the others would time out waiting for rank 0
     # The receive was cancelled: the next message between the pair is the one sent now.
     if RANK == 1:
         dist.send(torch.arange(3.0), dst=0, group=g, tag=9)
@@ -299,6 +301,7 @@ def test_a_receive_nobody_matches_raises_at_the_groups_timeout(gloo):
     dist.destroy_process_group(g)
 
 
+@pytest.mark.waits
 def test_work_wait_gives_up_after_its_timeout(gloo):
     g = _timed_group(60)
     late = RANK == N - 1
@@ -312,6 +315,7 @@ def test_work_wait_gives_up_after_its_timeout(gloo):
     dist.destroy_process_group(g)
 
 
+@pytest.mark.waits
 @pytest.mark.parametrize("op", ["all_reduce", "broadcast", "barrier", "compressed"])
 def test_a_lost_rank_raises_at_the_groups_timeout(gloo, op):
     """The last rank never joins: every other rank raises CommTimeoutError after the group's
@@ -336,7 +340,7 @@ def test_a_lost_rank_raises_at_the_groups_timeout(gloo, op):
         assert 0.9 < waited < 10 and cpu < 0.5 * waited, (waited, cpu)
         with pytest.raises(mpicomp.CommTimeoutError, match="earlier"):
             run(grp)
-    WORLD.Barrier()
+    wait_asleep(WORLD)
     fresh = _timed_group(30)
     y = torch.ones(4)
     dist.all_reduce(y, group=fresh)
@@ -353,6 +357,7 @@ def test_destroying_a_group_frees_its_communicators(gloo):
     assert comm == MPI.COMM_NULL and p2p == MPI.COMM_NULL
 
 
+@pytest.mark.waits
 def test_ddp_with_a_lost_rank_raises_instead_of_hanging(gloo):
     """DDP over an "mpicomp" group of timeout 4 s: the last rank never runs its second step;
     the others' step raises (the group's CommTimeoutError, through DDP) within the timeout
@@ -369,4 +374,4 @@ def test_ddp_with_a_lost_rank_raises_instead_of_hanging(gloo):
         with pytest.raises(mpicomp.CommTimeoutError, match="still waiting after 4 s"):
             model(x).square().mean().backward()
         assert time.perf_counter() - t0 < 14
-    WORLD.Barrier()
+    wait_asleep(WORLD)
