@@ -307,9 +307,21 @@ def test_the_calls_own_times_correct_the_model_at_their_size(comm):
     at = m["bytes"].index(float(1 << 20))
     plain, packed = m["plain"][at], m["packed"][at]
     assert plain > 20e-6 and packed > 20e-6, m  # both ways measured by calls, neither as installed
-    mpicomp.reset_stats()
-    mpicomp.allreduce(np.ones(1 << 18, np.float32), comm=comm, codec="auto")
-    assert counts()[0] == (1 if packed < plain else 0)
+    # The next calls go the way the model now says is faster, but for a window that times both
+    # ways in turn (its uncompressed calls counted as auto_probe), which may be under way. The
+    # model is read before each call (on a loaded machine the two ways' times can change places
+    # at a check): a call not in a window goes its way.
+    for _ in range(200):
+        m = mpicomp.auto.model(comm)
+        compress = m["packed"][at] < m["plain"][at]
+        mpicomp.reset_stats()
+        mpicomp.allreduce(np.ones(1 << 18, np.float32), comm=comm, codec="auto")
+        compressed, skipped, _ = counts()
+        assert compressed or not compress or "auto_probe" in skipped, (m, skipped)  # a window's, if not its way
+        if compressed == compress and "auto_probe" not in skipped:
+            break
+    else:
+        raise AssertionError(f"200 calls, none outside a window the way the model says: {m}")
 
 
 def test_a_call_far_beyond_the_sizes_measured_is_measured_at_its_size(comm):
