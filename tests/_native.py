@@ -1,8 +1,13 @@
 """What the tests that compile the core themselves (tests/test_fake_cuda.py, tests/fuzz) need
 besides its sources: C-Blosc2's headers and static library from the blosc2 wheel, as
-CMakeLists.txt links it (codec blosc)."""
+CMakeLists.txt links it (codec blosc), and a place to keep what they built between runs."""
+import hashlib
 import importlib.util
+import os
+import shutil
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def blosc2_root():
@@ -19,3 +24,31 @@ def blosc2_include():
 def blosc2_link():
     """Linker arguments for the static library and what it needs."""
     return [str(blosc2_root() / "lib" / "libblosc2.a"), "-lpthread", "-ldl", "-lrt", "-lm"]
+
+
+def built_once(name, inputs, key, make):
+    """The folder make(folder) built from the files under `inputs` (files or folders, below the
+    repository's root) with the command lines `key` stands for (flags, compiler, versions):
+    kept as build/tests/<name>-<digest of both>, so that a `make test` that changed none of
+    them reuses it (the fake-CUDA core took 30 s of each run on 2 cores). A new digest
+    replaces the folders the older ones named."""
+    digest = hashlib.sha256(repr(key).encode())
+    for top in inputs:
+        for path in sorted(p for p in ([top] if top.is_file() else top.rglob("*")) if p.is_file()):
+            if "__pycache__" not in path.parts:
+                digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+    cache = ROOT / "build" / "tests"
+    done = cache / f"{name}-{digest.hexdigest()[:20]}"
+    if not done.is_dir():
+        for old in cache.glob(f"{name}-*"):
+            shutil.rmtree(old, ignore_errors=True)
+        work = cache / f".{name}-{os.getpid()}"
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        try:
+            make(work)
+        except BaseException:
+            shutil.rmtree(work, ignore_errors=True)
+            raise
+        work.rename(done)
+    return done

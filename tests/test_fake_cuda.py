@@ -21,8 +21,9 @@ from pathlib import Path
 import mpi4py
 import pybind11
 import pytest
+from mpi4py import MPI
 from _launch import mpiexec
-from _native import blosc2_include, blosc2_link
+from _native import blosc2_include, blosc2_link, built_once
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -36,20 +37,28 @@ def _cxx(*args):
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
+def built():
     """engine_check, the stand-in nvCOMP, and a copy of the mpicomp package whose _core runs
     on the stand-in runtime."""
-    out = tmp_path_factory.mktemp("fake_cuda")
+    compiler = subprocess.run([str(BIN / "mpicxx"), "--version"], capture_output=True, text=True).stdout
+    key = (FLAGS, compiler, str(BIN), MPI.Get_library_version(), _INCLUDES, blosc2_link(),
+           sysconfig.get_config_var("EXT_SUFFIX"))
+    return built_once("fake_cuda", [ROOT / "cpp", FAKE, ROOT / "python" / "mpicomp"], key, _build)
+
+
+_INCLUDES = [f"-I{pybind11.get_include()}", f"-I{mpi4py.get_include()}", f"-I{sysconfig.get_paths()['include']}",
+             "-DMPICOMP_WITH_CUDA"]
+
+
+def _build(out):
     core = sorted((ROOT / "cpp" / "coll").glob("*.cpp")) + [
         p for p in sorted((ROOT / "cpp" / "codecs").glob("*.cpp")) if not p.name.startswith("cpu_avx")]
     common = [*core, ROOT / "cpp" / "codecs" / "cuda" / "nvcomp.cpp", FAKE / "fake_runtime.cpp",
               FAKE / "fake_device.cpp"]
-    includes = [f"-I{pybind11.get_include()}", f"-I{mpi4py.get_include()}", f"-I{sysconfig.get_paths()['include']}",
-                "-DMPICOMP_WITH_CUDA"]
     jobs = [(src, out / f"{i}.o", ["-x", "c++"] if src.suffix == ".cu" else [])
             for i, src in enumerate([*common, ROOT / "cpp" / "codecs" / "cuda" / "kernels.cu"])]
     bind = sorted((ROOT / "cpp" / "bind").glob("*.cpp"))
-    jobs += [(src, out / f"{src.name}.o", includes) for src in bind]
+    jobs += [(src, out / f"{src.name}.o", _INCLUDES) for src in bind]
     jobs += [(FAKE / "engine_check.cpp", out / "engine_check.o", [])]
     with ThreadPoolExecutor(os.cpu_count()) as pool:
         list(pool.map(lambda j: _cxx(*j[2], "-c", j[0], "-o", j[1]), jobs))
@@ -59,7 +68,6 @@ def built(tmp_path_factory):
     shutil.copytree(ROOT / "python" / "mpicomp", pkg, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
     _cxx("-shared", "-o", pkg / f"_core{sysconfig.get_config_var('EXT_SUFFIX')}", *objects[:-1], *blosc2_link())
     _cxx("-shared", "-o", out / "libfake_nvcomp.so", FAKE / "fake_nvcomp.cpp")
-    return out
 
 
 @pytest.mark.parametrize("mode, n, nodes", [(m, n, ()) for m in ("staged", "direct") for n in (2, 3)] +

@@ -10,6 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fuzz"))
 import build  # noqa: E402
+from _native import blosc2_link, built_once  # noqa: E402
 
 SECONDS = 30
 
@@ -17,7 +18,10 @@ SECONDS = 30
 @pytest.mark.skipif(build.clang() is None, reason="needs clang++ with libFuzzer (`make test` installs it when "
                     "root on Debian; else apt-get install clang libclang-rt-dev)")
 def test_decoders_survive_fuzzing(tmp_path):
-    exe = build.build(tmp_path)
+    clang = subprocess.run([build.clang(), "--version"], capture_output=True, text=True).stdout
+    fuzz = Path(build.__file__).parent
+    exe = built_once("decode_fuzzer", [build.ROOT / "cpp", fuzz / "decode_fuzzer.cpp", fuzz / "build.py"],
+                     (build.FLAGS, clang, blosc2_link()), build.build) / "decode_fuzzer"
     build.seeds(tmp_path / "seeds")
     (tmp_path / "corpus").mkdir()
     r = subprocess.run([str(exe), f"-max_total_time={SECONDS}", "-timeout=10", "-rss_limit_mb=4096",
