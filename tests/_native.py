@@ -28,7 +28,8 @@ def blosc2_link():
 
 def built_once(name, inputs, key, make):
     """The folder make(folder) built from the files under `inputs` (files or folders, below the
-    repository's root) with the command lines `key` stands for (flags, compiler, versions):
+    repository's root; the file that holds make too) with the command lines `key` stands for
+    (flags, compiler, versions):
     kept as build/tests/<name>-<digest of both>, so that a `make test` that changed none of
     them reuses it (the fake-CUDA core took 30 s of each run on 2 cores). A new digest
     replaces the folders the older ones named."""

@@ -43,7 +43,7 @@ def built():
     compiler = subprocess.run([str(BIN / "mpicxx"), "--version"], capture_output=True, text=True).stdout
     key = (FLAGS, compiler, str(BIN), MPI.Get_library_version(), _INCLUDES, blosc2_link(),
            sysconfig.get_config_var("EXT_SUFFIX"))
-    return built_once("fake_cuda", [ROOT / "cpp", FAKE, ROOT / "python" / "mpicomp"], key, _build)
+    return built_once("fake_cuda", [ROOT / "cpp", FAKE, ROOT / "python" / "mpicomp", Path(__file__)], key, _build)
 
 
 _INCLUDES = [f"-I{pybind11.get_include()}", f"-I{mpi4py.get_include()}", f"-I{sysconfig.get_paths()['include']}",
@@ -77,7 +77,8 @@ def test_gpu_engine_matches_the_host_engine(built, mode, n, nodes):
     """nodes: config.ranks_per_node, so that both engines take the two-level collectives (all
     three on 2x2; allreduce on 2+1), their exact stages inside the node on device buffers."""
     r = mpiexec(n, built / "engine_check", built / "libfake_nvcomp.so", mode, *nodes, timeout=600)
-    assert r.returncode == 0 and f"engine_check {mode}: 0 failed checks" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
+    assert r.returncode == 0 and f"engine_check {mode}: 0 failed checks" in r.stdout, \
+        r.stdout[-3000:] + r.stderr[-3000:]
 
 
 def _python_check(built, n, *args):
