@@ -29,10 +29,9 @@ def blosc2_link():
 def built_once(name, inputs, key, make):
     """The folder make(folder) built from the files under `inputs` (files or folders, below the
     repository's root; the file that holds make too) with the command lines `key` stands for
-    (flags, compiler, versions):
-    kept as build/tests/<name>-<digest of both>, so that a `make test` that changed none of
-    them reuses it (the fake-CUDA core took 30 s of each run on 2 cores). A new digest
-    replaces the folders the older ones named."""
+    (flags, compiler, versions), kept as build/tests/<name>-<digest of both>: a `make test`
+    that changed none of them reuses it (the fake-CUDA core took 30 s of each run on 2 cores).
+    A new digest replaces the folders the older ones named."""
     digest = hashlib.sha256(repr(key).encode())
     for top in inputs:
         for path in sorted(p for p in ([top] if top.is_file() else top.rglob("*")) if p.is_file()):
