@@ -8,7 +8,6 @@ import json
 import os
 import re
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -29,28 +28,11 @@ MPI_SETTINGS = {(4, "torch/mpi"): {"MPIR_CVAR_ENABLE_HEAVY_YIELD": "1"}}
                                      (2, "optim/mpi"), (3, "optim/mpi"), (4, "optim/mpi"),
                                      (6, "mpi/test_nodes.py mpi/test_nodes_agreement.py")])
 def test_under_mpiexec(n, suite, tmp_path):
-    selections = [["-m", "waits"], ["-m", "not waits"]] if suite in APART else [[]]
-    with ThreadPoolExecutor(len(selections)) as pool:
-        jobs = [(s, pool.submit(_suite_job, n, suite, s, tmp_path / str(i))) for i, s in enumerate(selections)]
-    for selection, job in jobs:
-        r, failures = job.result()
-        assert r.returncode == 0, (f"mpiexec -n {n} {suite} {' '.join(selection)} failed:\n{r.stdout[-6000:]}\n"
-                                   f"{r.stderr[-6000:]}\n{failures}")
-
-
-# The suites whose tests marked "waits" (their ranks mostly asleep, waiting out a stalled rank's
-# timeout) run as a job of their own beside the suite's others, which take the cores meanwhile:
-# tests/mpi at 4 ranks on 2 cores took 85 s so, 103 s as one job; the whole launch 423 s, 472 s.
-# Not torch's: its few such tests wait less than a second job's imports of torch cost.
-APART = ("mpi", "optim/mpi", "mpi/test_nodes.py mpi/test_nodes_agreement.py")
-
-
-def _suite_job(n, suite, selection, failures):
-    failures.mkdir()
-    env = {**os.environ, **MPI_SETTINGS.get((n, suite), {}), FAILURES: str(failures)}
+    env = {**os.environ, **MPI_SETTINGS.get((n, suite), {}), FAILURES: str(tmp_path)}
     r = mpiexec(n, sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--timeout=240",
-                "--timeout-method=thread", *selection, *(HERE / s for s in suite.split()), timeout=900, env=env)
-    return r, "".join(p.read_text() for p in sorted(failures.glob("rank*.txt")))
+                "--timeout-method=thread", *(HERE / s for s in suite.split()), timeout=900, env=env)
+    failures = "".join(p.read_text() for p in sorted(tmp_path.glob("rank*.txt")))
+    assert r.returncode == 0, f"mpiexec -n {n} {suite} failed:\n{r.stdout[-6000:]}\n{r.stderr[-6000:]}\n{failures}"
 
 
 def test_cluster_recipe_shows_the_layout():
