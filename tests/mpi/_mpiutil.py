@@ -32,14 +32,21 @@ def comm_of(kind):
             c = WORLD.Dup()
         elif kind == "cart":
             c = WORLD.Create_cart([WORLD.Get_size()], periods=[True], reorder=False)
-        elif kind == "a node per rank":  # every message crosses between nodes (cpp/coll/handshake.cpp: rest)
-            with config(ranks_per_node=1):
-                c = WORLD.Dup()
-                assert mpicomp.node_layout(c).nodes == c.Get_size()
+        elif kind == "a node per rank":
+            c = node_per_rank()
         else:
             raise ValueError(kind)
         _comms[kind] = c
     return _comms[kind]
+
+
+def node_per_rank():
+    """A new Dup of COMM_WORLD laid out as a node per rank: every message crosses between nodes
+    (cpp/coll/handshake.cpp: rest)."""
+    with config(ranks_per_node=1):
+        c = WORLD.Dup()
+        assert mpicomp.node_layout(c).nodes == c.Get_size()
+    return c
 
 
 def rng(comm, *key):

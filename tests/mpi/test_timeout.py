@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import mpicomp
-from _mpiutil import WORLD, config
+from _mpiutil import WORLD, node_per_rank
 from _ranks import wait_asleep
 
 pytestmark = pytest.mark.waits
@@ -65,9 +65,8 @@ def test_a_rank_that_never_arrives_between_nodes(timeout, coll):
     whole in its header messages (cpp/coll/handshake.cpp: rest), reduce-scatters by recursive
     halving; the ranks waiting for one that never arrives raise within the timeout."""
     fn = getattr(mpicomp, coll)
-    with config(ranks_per_node=1):
-        comm = WORLD.Dup()
-        fn(np.ones(8, np.float32) if coll == "allreduce" else np.ones(8 * comm.size, np.float32), comm=comm)
+    comm = node_per_rank()
+    fn(np.ones(8, np.float32) if coll == "allreduce" else np.ones(8 * comm.size, np.float32), comm=comm)
     p, r = comm.Get_size(), comm.Get_rank()
     x = _input(coll, 4096 // (p if coll == "reduce_scatter" else 1), p)  # 16 KiB of input
     if r != p - 1:
