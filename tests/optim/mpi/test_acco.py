@@ -62,7 +62,8 @@ def acco_run(steps, k, **kw):
     return out
 
 
-# codec "auto" with a lossless codec: compressed or not, as measured, the values are exact.
+# codec "auto" with a lossless codec: compressed or not, as measured, the values are exact sums
+# (up to the order of float32 additions, which differs between the two ways).
 @pytest.mark.parametrize("codecs", [{}, {"grad_codec": "auto:lz4", "param_codec": "auto:lz4"}], ids=["none", "auto"])
 @pytest.mark.parametrize("k", [1, 2])
 def test_rounds_follow_the_paper_and_are_deterministic(k, codecs):
@@ -73,8 +74,12 @@ def test_rounds_follow_the_paper_and_are_deterministic(k, codecs):
     run, again = acco_run(4, k, **codecs), acco_run(4, k, **codecs)
     if codecs and N > 1:  # each run's communicator measured for itself
         assert mpicomp.stats()["reduce_scatter"]["probes"] == probes + 2
-    for a, b in zip(run, again):  # same seed, same counts: bit-identical, whatever the timing
-        assert a[0] == b[0] and all(torch.equal(x, y) for x, y in zip(a[1], b[1]))
+    for a, b in zip(run, again):
+        if codecs:  # auto follows timing, and its two ways add the ranks' float32 in different orders
+            torch.testing.assert_close(a[0], b[0])
+            torch.testing.assert_close(a[1], b[1])
+        else:  # same seed, same counts, one way: bit-identical, whatever the timing
+            assert a[0] == b[0] and all(torch.equal(x, y) for x, y in zip(a[1], b[1]))
     ref = toy_model()
     opt = torch.optim.AdamW(ref.parameters(), lr=1e-2)
     first, nxt = grad_sum(ref, 0, k), k
