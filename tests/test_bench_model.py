@@ -1,5 +1,6 @@
-"""mpicomp-bench model and bound.py's node links: the formulas against sums worked out by hand
-(or counted rank by rank), the command's table and JSON, --speeds files."""
+"""mpicomp-bench model and bound.py: the link bound against BUILD.md's measured link, node links'
+formulas against sums worked out by hand (or counted rank by rank), the command's table and
+JSON, --speeds files."""
 import json
 import os
 import subprocess
@@ -9,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import mpicomp
 from mpicomp.bench import bound
 from mpicomp.bench.model import Kernels, Machine, predict
 
@@ -97,6 +99,38 @@ def kernels_ns(spec, e, d, a):
     speeds = bound.Speeds([], np.zeros(1, np.float32))
     speeds.per_element = {spec: [e * 1e-9, d * 1e-9, a * 1e-9]}
     return speeds
+
+
+def test_bound_model_matches_the_measured_link():
+    """The link bound of MPI's 16 MiB allreduce on 2 ranks sharing bench/netem's 1 Gbit/s
+    loopback is 32 MiB over 1 Gbit/s, 268 ms: BUILD.md measured 269 ms. Codec work adds to the
+    codec bound only; per-rank links carry half as much."""
+    os.environ["MPICOMP_NETEM"] = "1gbit"
+    try:
+        shared = bound.Link()
+    finally:
+        del os.environ["MPICOMP_NETEM"]
+    none = bound.Speeds([], np.zeros(1, np.float32))
+    link_us, codec_us = bound.bound_us("allreduce", "none", 4 << 20, 2, 1.0, none, shared)
+    assert shared.shared and abs(link_us / 1e3 - 268.4) < 0.1 and codec_us == 0
+    per_rank = bound.Link(gbit=1)
+    assert bound.bound_us("allreduce", "none", 4 << 20, 2, 1.0, none, per_rank)[0] == link_us / 2
+    int8 = mpicomp.codec("int8")
+    x = np.random.default_rng(0).standard_normal(1 << 16).astype(np.float32)
+    for stream in (False, True):  # the collectives decode outputs of _core.STREAM_BYTES and more streamed
+        speeds = bound.Speeds([int8], x, stream=stream)
+        link8, codec8 = bound.bound_us("allreduce", "int8", 4 << 20, 2, 3.94, speeds, shared)
+        assert abs(link8 * 3.94 - link_us) < 1 and 0 < codec8 < 1e6
+    assert bound.bound_us("allreduce", "int8", 4 << 20, 1, 3.94, speeds, shared) == (None, 0.0)
+
+
+def test_bound_keeps_each_kernels_fastest_round():
+    """Speeds are timed once per round beside the collectives; the bound takes each kernel's
+    fastest, as the table takes each collective's fastest round."""
+    first, second = bound.Speeds([], np.zeros(1, np.float32)), bound.Speeds([], np.zeros(1, np.float32))
+    first.per_element = {"int8": [3.0, 1.0, 2.0]}
+    second.per_element = {"int8": [1.0, 2.0, 2.0], "sign": [5.0, 4.0, 6.0]}
+    assert first.keep_faster(second).per_element == {"int8": [1.0, 1.0, 2.0], "sign": [5.0, 4.0, 6.0]}
 
 
 def test_bound_between_nodes_of_two_against_per_rank():
