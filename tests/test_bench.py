@@ -73,7 +73,7 @@ def test_auto_reports_the_share_of_timed_calls_it_compressed(tmp_path):
     ratio = next(x for x in json.loads(out.read_text()) if x["codec"] == "int8")["ratio"]
     assert len(recs) == 11 and all(0 <= x["auto_compressed_share"] <= 1 for x in recs)
     assert all(x["ratio"] == (ratio if x["auto_compressed_share"] >= 0.5 else 1.0) for x in recs)
-    line = next(l for l in r.stdout.splitlines() if "share of the timed calls sent compressed" in l)
+    line = next(line for line in r.stdout.splitlines() if "share of the timed calls sent compressed" in line)
     assert line.split("compressed: ", 1)[1] == ", ".join(
         f"{fmt_size(x['size'])} {100 * x['auto_compressed_share']:.0f}%" for x in recs)
 
@@ -95,9 +95,9 @@ def test_end_to_end_osu_table_and_json_schema(tmp_path, op):
               "--compare", "mpi", "--json", str(out), n=2)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     lines = r.stdout.splitlines()
-    assert any(l.split()[1:3] == ["Size", "Avg"] and "Min Latency(us)" in l and l.endswith("Impl   Codec")
-               for l in lines)
-    rows = [l.split() for l in lines if l and l[0].isdigit()]
+    assert any(line.split()[1:3] == ["Size", "Avg"] and "Min Latency(us)" in line and line.endswith("Impl   Codec")
+               for line in lines)
+    rows = [line.split() for line in lines if line and line[0].isdigit()]
     assert len(rows) == 3 * 8 and all(len(x) == 12 for x in rows)  # mpi, none, int4 x 1K..128K
     # No link rate (not bench/netem): MPI's rows have no bound, compressed ones the codec's.
     assert all(x[5:7] == ["-", "-"] for x in rows if x[10] == "mpi")
@@ -156,7 +156,8 @@ def test_validation_catches_a_wrong_16_bit_result(dtype):
 
 def test_codecs_on_16_bit_data(tmp_path):
     out = tmp_path / "c.json"
-    r = bench("codecs", "-n", "100000", "-r", "1", "--codec", "int8,lossless", "--dtype", "bfloat16", "--json", str(out))
+    r = bench("codecs", "-n", "100000", "-r", "1", "--codec", "int8,lossless", "--dtype", "bfloat16",
+              "--json", str(out))
     assert r.returncode == 0, r.stderr
     assert "bfloat16 elements" in r.stdout
     recs = json.loads(out.read_text())
@@ -257,7 +258,7 @@ def test_header_and_rows_arrive_as_measured_through_a_pipe():
         err = proc.stderr.read()
     assert proc.returncode == 0, err
     assert lines[0][1].startswith("# mpicomp-bench allreduce")
-    rows = [(t, l.split()) for t, l in lines if l[:1].isdigit()]
+    rows = [(t, line.split()) for t, line in lines if line[:1].isdigit()]
     assert [r[0] for _, r in rows] == ["8388608", "8388608", "16777216", "16777216"]
     header_at, first_row_at, last_row_at = lines[0][0], rows[0][0], rows[-1][0]
     assert first_row_at - header_at > 0.25, lines  # all at once when printed at the end
@@ -279,7 +280,7 @@ def test_notes_for_what_was_left_out_or_rounded():
 
 def _options_without_help(help_text):
     """Options in an argparse --help whose entry has no description."""
-    lines = [l for l in help_text.splitlines() if l.startswith("  ")]
+    lines = [line for line in help_text.splitlines() if line.startswith("  ")]
     bare = []
     for i, line in enumerate(lines):
         entry = line.strip()
@@ -309,14 +310,15 @@ def test_demo_falls_back_to_shared_memory_and_says_why():
     so, then prints its one table: a row per size, a column per codec in the order given, each
     cell the speed-up over MPI and the error."""
     r = subprocess.run([sys.executable, str(BENCH / "demo"), "-m", "64K:128K", "--volume", "64K", "--rounds", "1"],
-                       capture_output=True, text=True, timeout=120, env={**os.environ, "PATH": str(Path(MPIEXEC).parent)})
+                       capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PATH": str(Path(MPIEXEC).parent)})
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     lines = r.stdout.splitlines()
     assert lines[0].startswith("# demo: on shared memory, not an emulated 1gbit/s link: netem: needs")
     assert "sudo make demo" in lines[1]
-    head = next(l for l in lines if l.startswith("# Size"))
+    head = next(line for line in lines if line.startswith("# Size"))
     assert head.split()[1:] == ["Size", "MPI(ms)", "none", "bf16", "int8", "int4", "sign"]
-    rows = [l.split() for l in lines if l[:1].isdigit()]
+    rows = [line.split() for line in lines if line[:1].isdigit()]
     assert [x[0] for x in rows] == ["64K", "128K"] and all(len(x) == 2 + 2 * 5 for x in rows)
     for x in rows:
         speedups, errors = x[2::2], [float(e) for e in x[3::2]]

@@ -26,7 +26,7 @@ MPI_SETTINGS = {(4, "torch/mpi"): {"MPIR_CVAR_ENABLE_HEAVY_YIELD": "1"}}
 @pytest.mark.parametrize("n,suite", [(2, "mpi"), (3, "mpi"), (4, "mpi"),
                                      (2, "torch/mpi"), (3, "torch/mpi"), (4, "torch/mpi"),
                                      (2, "optim/mpi"), (3, "optim/mpi"), (4, "optim/mpi"),
-                                     (6, "mpi/test_nodes.py mpi/test_nodes_agreement.py")])
+                                     (6, "mpi/test_nodes.py mpi/test_nodes_traffic.py mpi/test_nodes_agreement.py")])
 def test_under_mpiexec(n, suite, tmp_path):
     env = {**os.environ, **MPI_SETTINGS.get((n, suite), {}), FAILURES: str(tmp_path)}
     r = mpiexec(n, sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--timeout=240",
