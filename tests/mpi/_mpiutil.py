@@ -42,7 +42,7 @@ def comm_of(kind):
 
 def node_per_rank():
     """A new Dup of COMM_WORLD laid out as a node per rank: every message crosses between nodes
-    (cpp/coll/handshake.cpp: rest)."""
+    (cpp/coll/exchange.h: rest)."""
     with config(ranks_per_node=1):
         c = WORLD.Dup()
         assert mpicomp.node_layout(c).nodes == c.Get_size()

@@ -1,5 +1,5 @@
 """The agreement on nodes of several ranks, and the small uncompressed calls that ride it
-(cpp/coll/handshake.cpp, two_levels): each node's ranks among themselves, one rank per node
+(cpp/coll/rounds.cpp, two_levels): each node's ranks among themselves, one rank per node
 between nodes, the outcome handed down each node. Sums and gathers against numpy, on layouts
 whose nodes are runs of the communicator's ranks and on one whose nodes are not (a gather
 then collects in node order and puts the blocks back in rank order); ranks that disagree raise

@@ -62,7 +62,7 @@ def test_a_rank_that_never_arrives(timeout, coll, codec, n):
 @pytest.mark.parametrize("coll", ["allreduce", "reduce_scatter"])
 def test_a_rank_that_never_arrives_between_nodes(timeout, coll):
     """Every rank a node of its own: small uncompressed calls ride the agreement with 16 KiB
-    whole in its header messages (cpp/coll/handshake.cpp: rest), reduce-scatters by recursive
+    whole in its header messages (cpp/coll/exchange.h: rest), reduce-scatters by recursive
     halving; the ranks waiting for one that never arrives raise within the timeout."""
     fn = getattr(mpicomp, coll)
     comm = node_per_rank()
