@@ -4,6 +4,9 @@ encoded with plain numpy, and tolerance helpers. Nothing here calls mpicomp."""
 import numpy as np
 
 SCALE_BYTES = 4
+# The fixed-rate codecs of format.h, whose layout this module describes: the tests' codecs
+# wherever an exact size, a per-element bound or the same bytes on every engine is checked.
+CODECS = ["none", "fp16", "bf16", "int8", "int4", "sign"]
 
 
 def payload_bytes(name, n):

@@ -10,7 +10,8 @@ import torch
 import mpicomp
 from mpicomp import _core
 
-CODECS = ["none", "fp16", "bf16", "int8", "int4", "sign"]
+from _reference import CODECS
+
 TARGETS = _core.cpu_targets()
 
 

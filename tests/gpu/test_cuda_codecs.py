@@ -5,12 +5,13 @@ import pytest
 import mpicomp
 from mpicomp import _core
 
+from _reference import CODECS
+
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
 needs_gpu = pytest.mark.skipif(not (_core.cuda_available() and torch.cuda.is_available()),
                                reason="needs a CUDA GPU and a CUDA build of mpicomp")
 
-CODECS = ["none", "fp16", "bf16", "int8", "int4", "sign"]
 TORCH = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}
 IDS = {"float32": 0, "float16": 1, "bfloat16": 2, "float64": 3}
 

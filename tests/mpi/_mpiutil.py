@@ -13,7 +13,7 @@ import mpicomp
 import _reference as ref
 
 WORLD = MPI.COMM_WORLD
-CODECS = ["none", "fp16", "bf16", "int8", "int4", "sign"]
+CODECS = ref.CODECS
 COMM_KINDS = ["world", "split", "dup", "cart"]
 
 _comms = {}

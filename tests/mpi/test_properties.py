@@ -16,9 +16,8 @@ from mpi4py import MPI
 
 import mpicomp
 
-from _mpiutil import WORLD, allreduce_bound, compressed, digest, parts_tolerance
+from _mpiutil import CODECS, WORLD, allreduce_bound, compressed, digest, parts_tolerance
 
-CODECS = ["none", "fp16", "bf16", "int8", "int4", "sign"]
 SIZES = [0, 1, 31, 255, 256, 257, 1000]
 EXAMPLES = settings(derandomize=True, database=None, max_examples=150, deadline=None,
                     suppress_health_check=list(HealthCheck))
