@@ -33,6 +33,19 @@ def mean_gradient(model, batches):
         p.grad = g / len(batches)
 
 
+def steps_like_torch_adamw(model, opt, ref, steps=3, **adamw):
+    """Steps opt (over model, on one rank) and torch's AdamW (over ref, a copy of model) on
+    the same batches: the parameters must stay bit-identical."""
+    ref_opt = torch.optim.AdamW(ref.parameters(), **adamw)
+    for step in range(steps):
+        for m, o in ((model, opt), (ref, ref_opt)):
+            o.zero_grad()
+            loss_of(m, toy_batch(0, step)).backward()
+            o.step()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=0)
+
+
 def eval_loss(model):
     with torch.no_grad():
         return sum(loss_of(model, toy_batch(999, i, 64)).item() for i in range(4)) / 4
