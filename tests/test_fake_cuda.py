@@ -30,6 +30,8 @@ BIN = Path(sys.executable).parent
 FAKE = ROOT / "tests" / "fake_cuda"
 FLAGS = ["-std=c++17", "-O1", "-fPIC", "-ffp-contract=off", f"-I{FAKE}", blosc2_include(), "-fsanitize=alignment",
          "-fno-sanitize-recover=alignment", "-pthread"]
+_INCLUDES = [f"-I{pybind11.get_include()}", f"-I{mpi4py.get_include()}", f"-I{sysconfig.get_paths()['include']}",
+             "-DMPICOMP_WITH_CUDA"]
 
 
 def _cxx(*args):
@@ -44,10 +46,6 @@ def built():
     key = (FLAGS, compiler, str(BIN), MPI.Get_library_version(), _INCLUDES, blosc2_link(),
            sysconfig.get_config_var("EXT_SUFFIX"))
     return built_once("fake_cuda", [ROOT / "cpp", FAKE, ROOT / "python" / "mpicomp", Path(__file__)], key, _build)
-
-
-_INCLUDES = [f"-I{pybind11.get_include()}", f"-I{mpi4py.get_include()}", f"-I{sysconfig.get_paths()['include']}",
-             "-DMPICOMP_WITH_CUDA"]
 
 
 def _build(out):
